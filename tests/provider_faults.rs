@@ -34,7 +34,7 @@ impl EventSink for Persist {
         if matches!(event, AgentEvent::AttemptLeftOut) {
             self.recorder.leave_out().unwrap();
         }
-        self.recorder.record_stamped(&event, None).unwrap();
+        self.recorder.record_stamped(&event, None, None).unwrap();
         self.events
             .lock()
             .unwrap()

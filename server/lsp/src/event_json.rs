@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use pi_ai::{AssistantMessage, Message, ToolResultMessage};
 use pi_core::agent::AgentEvent;
+use pi_core::session::MessageJson;
 use tower_lsp_server::ls_types::notification::Notification;
 
 use crate::protocol::AgentEventNotification;
@@ -124,10 +125,11 @@ pub(crate) fn event_frame(
 /// current turn for its `message_end` and `turn_end`, those of the earlier turns (up to
 /// [`RUN_BYTES`]) for the run's `agent_end`. An assistant message's `message_start` (the
 /// empty message the answer begins with) is not kept with them: the last one is kept apart
-/// ([`Partial`]), the next answer's first message being the same but for its timestamp.
+/// ([`Partial`]), the next answer's first message being the same but for its timestamp. A
+/// message's JSON the session made for its file ([`MessageJson`]) is used and kept as it is.
 #[derive(Debug, Default)]
 pub(crate) struct Repeats {
-    kept: Vec<(Arc<Message>, Vec<u8>)>,
+    kept: Vec<MessageJson>,
     /// Where the current turn's messages begin in `kept`.
     turn: usize,
     /// The bytes in `kept`.
@@ -238,9 +240,10 @@ impl Repeats {
     /// event). A message equal to one the turn (for `agent_end`: the run) already sent is
     /// written from that one's bytes; one met for the first time in a `message_start` or
     /// `message_end` is serialised and kept; an answer's first message, from the last one's
-    /// bytes when only its timestamp differs ([`Partial`]). `turn_end` ends the turn,
-    /// `agent_end` the run (nothing kept after it). `None` (logged) when a value cannot be
-    /// serialised.
+    /// bytes when only its timestamp differs ([`Partial`]). `json`: the JSON of the event's
+    /// message when the session made it (its file's line holds it), written instead of the
+    /// message serialised again. `turn_end` ends the turn, `agent_end` the run (nothing kept
+    /// after it). `None` (logged) when a value cannot be serialised.
     pub(crate) fn frame(
         &mut self,
         head: &[u8],
@@ -248,9 +251,10 @@ impl Repeats {
         event: AgentEvent,
         unsaved: bool,
         session_ref: Option<u64>,
+        json: Option<MessageJson>,
     ) -> Option<Vec<u8>> {
-        // The bytes of a message serialised for the first time in the turn, kept after.
-        let mut fresh: Option<Vec<u8>> = None;
+        // A message met for the first time in the turn with its JSON, kept after.
+        let mut fresh: Option<MessageJson> = None;
         // The bytes of an answer's first message serialised, kept after.
         let mut fresh_partial: Option<Vec<u8>> = None;
         let all = &self.kept[..];
@@ -260,7 +264,7 @@ impl Repeats {
         let capacity = head.len()
             + crate::transport::FRAME_CAPACITY
             + match &event {
-                AgentEvent::TurnEnd { .. } => turn.iter().map(|(_, b)| b.len()).sum(),
+                AgentEvent::TurnEnd { .. } => turn.iter().map(|k| k.bytes().len()).sum(),
                 AgentEvent::AgentEnd { .. } => self.size,
                 _ => crate::transport::FRAME_CAPACITY,
             };
@@ -278,19 +282,19 @@ impl Repeats {
                                     fresh_partial = Some(out[at..].to_vec());
                                 }
                             }
-                            _ => fresh = write_message(out, turn, message, true)?,
+                            _ => fresh = write_message(out, turn, message, json)?,
                         }
                     }
                     AgentEvent::MessageEnd { message } => {
                         out.extend_from_slice(b"{\"type\":\"message_end\",\"message\":");
-                        fresh = write_message(out, turn, message, true)?;
+                        fresh = write_message(out, turn, message, json)?;
                     }
                     AgentEvent::TurnEnd {
                         message,
                         tool_results,
                     } => {
                         out.extend_from_slice(b"{\"type\":\"turn_end\",\"message\":");
-                        write_message(out, turn, message, false)?;
+                        write_again(out, turn, message)?;
                         out.extend_from_slice(b",\"toolResults\":[");
                         for (i, r) in tool_results.iter().enumerate() {
                             if i > 0 {
@@ -312,9 +316,9 @@ impl Repeats {
                             if i > 0 {
                                 out.push(b',');
                             }
-                            match all[from..].iter().position(|(k, _)| same(k, m)) {
+                            match all[from..].iter().position(|k| same(k.message(), m)) {
                                 Some(k) => {
-                                    out.extend_from_slice(&all[from + k].1);
+                                    out.extend_from_slice(all[from + k].bytes());
                                     from += k + 1;
                                 }
                                 None => serde_json::to_writer(&mut *out, m)?,
@@ -334,9 +338,9 @@ impl Repeats {
         });
         match event {
             AgentEvent::MessageStart { message } | AgentEvent::MessageEnd { message } => {
-                if let Some(bytes) = fresh {
-                    self.size += bytes.len();
-                    self.kept.push((message, bytes));
+                if let Some(json) = fresh {
+                    self.size += json.bytes().len();
+                    self.kept.push(json);
                 } else if let (Some(bytes), Message::Assistant(a)) = (fresh_partial, &*message) {
                     self.partial = Partial::new(a, bytes);
                 }
@@ -354,20 +358,38 @@ impl Repeats {
 }
 
 /// Writes `message`'s JSON: the bytes of an equal message in `kept` when there is one (`None`
-/// returned), else serialised (its bytes returned when `keep`, to be kept).
+/// returned), else `json` when it is this message's, else the message serialised; the JSON
+/// written is returned, to be kept.
 fn write_message(
     out: &mut Vec<u8>,
-    kept: &[(Arc<Message>, Vec<u8>)],
+    kept: &[MessageJson],
     message: &Arc<Message>,
-    keep: bool,
-) -> serde_json::Result<Option<Vec<u8>>> {
-    if let Some((_, bytes)) = kept.iter().rev().find(|(m, _)| same(m, message)) {
-        out.extend_from_slice(bytes);
+    json: Option<MessageJson>,
+) -> serde_json::Result<Option<MessageJson>> {
+    if let Some(k) = kept.iter().rev().find(|k| same(k.message(), message)) {
+        out.extend_from_slice(k.bytes());
         return Ok(None);
     }
-    let at = out.len();
-    serde_json::to_writer(&mut *out, &**message)?;
-    Ok(keep.then(|| out[at..].to_vec()))
+    let json = match json.filter(|j| j.is_of(message)) {
+        Some(json) => json,
+        None => MessageJson::new(message)?,
+    };
+    out.extend_from_slice(json.bytes());
+    Ok(Some(json))
+}
+
+/// Writes `message`'s JSON, not kept: the bytes of an equal message in `kept` when there is
+/// one, else the message serialised.
+fn write_again(
+    out: &mut Vec<u8>,
+    kept: &[MessageJson],
+    message: &Arc<Message>,
+) -> serde_json::Result<()> {
+    match kept.iter().rev().find(|k| same(k.message(), message)) {
+        Some(k) => out.extend_from_slice(k.bytes()),
+        None => serde_json::to_writer(&mut *out, &**message)?,
+    }
+    Ok(())
 }
 
 /// Whether `a` and `b` are equal messages: the same one (an event's message is shared with
@@ -381,11 +403,13 @@ fn same(a: &Arc<Message>, b: &Arc<Message>) -> bool {
 /// one, else serialised.
 fn write_tool_result(
     out: &mut Vec<u8>,
-    kept: &[(Arc<Message>, Vec<u8>)],
+    kept: &[MessageJson],
     r: &ToolResultMessage,
 ) -> serde_json::Result<()> {
-    let whole = kept.iter().rev().find_map(|(m, bytes)| match &**m {
-        Message::ToolResult(k) if k == r && bytes.starts_with(TOOL_RESULT_TAG) => Some(bytes),
+    let whole = kept.iter().rev().find_map(|k| match &**k.message() {
+        Message::ToolResult(m) if m == r && k.bytes().starts_with(TOOL_RESULT_TAG) => {
+            Some(k.bytes())
+        }
         _ => None,
     });
     match whole {
@@ -471,6 +495,30 @@ mod tests {
         unsaved: bool,
         session_ref: Option<u64>,
     ) {
+        check_json(repeats, seq, event, unsaved, session_ref, None)
+    }
+
+    /// The [`MessageJson`] the session makes for `event` when its listener wants it: a
+    /// message's but for an answer's `message_start`.
+    fn json_of(event: &AgentEvent) -> Option<MessageJson> {
+        match event {
+            AgentEvent::MessageStart { message } if !matches!(**message, Message::Assistant(_)) => {
+                MessageJson::new(message).ok()
+            }
+            AgentEvent::MessageEnd { message } => MessageJson::new(message).ok(),
+            _ => None,
+        }
+    }
+
+    /// [`check`] with `json` given to [`Repeats::frame`].
+    fn check_json(
+        repeats: &mut Repeats,
+        seq: u64,
+        event: AgentEvent,
+        unsaved: bool,
+        session_ref: Option<u64>,
+        json: Option<MessageJson>,
+    ) {
         assert!(Repeats::takes(&event));
         let params = AgentEventParams {
             session_id: "s\"1".into(),
@@ -483,7 +531,14 @@ mod tests {
         let mut head = EventHead::default();
         let head = head.of(&params.session_id, &params.run_id).unwrap();
         let got = repeats
-            .frame(head, params.seq, params.event, params.unsaved, session_ref)
+            .frame(
+                head,
+                params.seq,
+                params.event,
+                params.unsaved,
+                session_ref,
+                json,
+            )
             .unwrap();
         assert_eq!(
             String::from_utf8(got).unwrap(),
@@ -503,9 +558,11 @@ mod tests {
 
     /// A run of two turns (two tool calls, then one), its events in the order the loop sends
     /// them, each frame equal to the derived serialisation's (with and without `unsaved`, with
-    /// and without `ref`); the results' `message_end`, the `turn_end`s and the `agent_end`
-    /// are written from the kept bytes (nothing new kept: the partial assistant message of a
-    /// `message_start` is not kept), and the run's end forgets them.
+    /// and without `ref`, with and without the session's [`MessageJson`] of each message);
+    /// the results' `message_end`, the `turn_end`s and the `agent_end` are written from the
+    /// kept bytes (nothing new kept: the partial assistant message of a `message_start` is
+    /// not kept; a message met first is kept with the JSON given), and the run's end forgets
+    /// them.
     #[test]
     fn frames_written_from_kept_bytes_equal_the_derived_serialisation() {
         let prompt = message(
@@ -592,22 +649,35 @@ mod tests {
                 0,
             ),
         ];
-        for (unsaved, session_ref) in [
-            (false, None),
-            (true, None),
-            (false, Some(7)),
-            (true, Some(12)),
+        for (unsaved, session_ref, with_json) in [
+            (false, None, false),
+            (true, None, false),
+            (false, Some(7), false),
+            (true, Some(12), false),
+            (false, None, true),
+            (true, Some(12), true),
         ] {
             let mut repeats = Repeats::default();
             for (seq, (event, kept_after)) in events.iter().enumerate() {
-                check(
+                let json = json_of(event).filter(|_| with_json);
+                let kept_before = repeats.kept.len();
+                check_json(
                     &mut repeats,
                     seq as u64 + 1,
                     event.clone(),
                     unsaved,
                     session_ref,
+                    json.clone(),
                 );
                 assert_eq!(repeats.kept.len(), *kept_after, "after event {}", seq + 1);
+                if let (Some(json), true) = (json, repeats.kept.len() > kept_before) {
+                    let last = repeats.kept.last().unwrap();
+                    assert!(
+                        std::ptr::eq(last.bytes(), json.bytes()),
+                        "event {}",
+                        seq + 1
+                    );
+                }
             }
         }
     }
@@ -632,6 +702,20 @@ mod tests {
         let user = message(json!({"role": "user", "content": "hi", "timestamp": 3}));
         let nine = result("c9", "nine", false);
         let mut repeats = Repeats::default();
+        // The JSON of another message is not taken for this one's.
+        let other = Arc::new(result("c1", "other", false));
+        check_json(
+            &mut repeats,
+            1,
+            AgentEvent::MessageEnd {
+                message: Arc::new(r1.clone()),
+            },
+            false,
+            None,
+            MessageJson::new(&other).ok(),
+        );
+        assert!(!repeats.kept[0].is_of(&other));
+        repeats.forget();
         check_message_end(&mut repeats, 1, &r1);
         let turn_end = AgentEvent::TurnEnd {
             message: Arc::new(user.clone()),

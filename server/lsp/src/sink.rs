@@ -31,6 +31,7 @@ use pi_ai::models::ModelCost;
 use pi_ai::{AssistantEvent, AssistantMessage, Message};
 use pi_core::agent::{AgentEvent, CompactionReason, Follower, WeakAgent};
 use pi_core::harness::{Notice, SessionListener};
+use pi_core::session::MessageJson;
 use tower_lsp_server::ls_types::notification::Notification;
 use tower_lsp_server::ls_types::{
     notification::Progress, request::WorkDoneProgressCreate, MessageType, NumberOrString,
@@ -120,7 +121,9 @@ struct Outbox {
 impl Outbox {
     /// Numbers `event` (run `run_id` of session `session_id`), folds it into [`Outbox::sent`]
     /// and sends it as `agent/event`. `rates` are the model's (for the usage cost of the
-    /// message a `message_start` begins).
+    /// message a `message_start` begins); `json`, the JSON of the event's message when the
+    /// session made it ([`SessionListener::event_json`]).
+    #[allow(clippy::too_many_arguments)]
     async fn send(
         &mut self,
         client: &Client,
@@ -129,6 +132,7 @@ impl Outbox {
         event: AgentEvent,
         rates: impl FnOnce() -> ModelCost,
         unsaved: bool,
+        json: Option<MessageJson>,
     ) {
         self.seq += 1;
         match &event {
@@ -172,7 +176,7 @@ impl Outbox {
             // A message the turn sent already is written from its bytes.
             let session_ref = self.compact.as_mut().map(|c| c.full(&run_id, &event));
             self.repeats
-                .frame(head, self.seq, event, unsaved, session_ref)
+                .frame(head, self.seq, event, unsaved, session_ref, json)
         } else {
             self.repeats.passed(&event);
             match self.compact.as_mut() {
@@ -237,6 +241,7 @@ impl Outbox {
                 h.event,
                 ModelCost::default,
                 false,
+                None,
             )
             .await;
         }
@@ -325,6 +330,7 @@ impl LspSink {
                     event,
                     ModelCost::default,
                     false,
+                    None,
                 )
                 .await;
                 return out.flush(&self.st.client).await;
@@ -396,6 +402,7 @@ impl LspSink {
             event,
             || self.rates(),
             false,
+            None,
         )
         .await;
         out.flush(&self.st.client).await;
@@ -494,7 +501,22 @@ impl SessionListener for LspSink {
         out.flush(&self.st.client).await;
     }
 
-    async fn event(&self, mut event: AgentEvent, notices: Vec<Notice>) {
+    async fn event(&self, event: AgentEvent, notices: Vec<Notice>) {
+        self.event_json(event, notices, None).await
+    }
+
+    /// Every message is written whole in the events' frames: its JSON, made once with the
+    /// session file's line, is used as it is ([`Repeats::frame`]).
+    fn wants_message_json(&self) -> bool {
+        true
+    }
+
+    async fn event_json(
+        &self,
+        mut event: AgentEvent,
+        notices: Vec<Notice>,
+        json: Option<MessageJson>,
+    ) {
         let window = self.st.coalesce();
         if notices.is_empty() && !window.is_zero() && crate::delta::delta_of(&mut event).is_some() {
             if let AgentEvent::MessageUpdate {
@@ -585,6 +607,7 @@ impl SessionListener for LspSink {
             event,
             || self.rates(),
             unsaved,
+            json,
         )
         .await;
         if saving_again {

@@ -18,7 +18,7 @@ use crate::agent::{AgentEvent, EventSink, WeakAgent};
 use crate::extension::{
     CustomMessage, ExtensionErrorInfo, ExtensionHost, ExtensionUi, UiRequest, UiResponse,
 };
-use crate::session::SessionWriter;
+use crate::session::{MessageJson, SessionWriter};
 
 /// What a product does with a session's events: shows them (the editor sends notifications,
 /// `pi-lsp run` prints). The session has persisted an event before a listener gets it.
@@ -27,6 +27,20 @@ pub trait SessionListener: Send + Sync {
     /// An agent event and what it changed for the user (queue states, usage, attention),
     /// in the order to tell them after the event.
     async fn event(&self, event: AgentEvent, notices: Vec<Notice>);
+    /// Whether this listener writes the messages of events whole as JSON: then the session
+    /// serialises each message once ([`MessageJson`]), for the listener
+    /// ([`SessionListener::event_json`]) and for its file's line.
+    fn wants_message_json(&self) -> bool {
+        false
+    }
+    /// [`SessionListener::event`] with the JSON of the message `event` carries, when the
+    /// session made it (a listener that [`SessionListener::wants_message_json`]; a user
+    /// message's or tool result's `message_start`, any `message_end`): the bytes `serde_json`
+    /// writes for that message, the ones the session's file holds.
+    async fn event_json(&self, event: AgentEvent, notices: Vec<Notice>, json: Option<MessageJson>) {
+        let _ = json;
+        self.event(event, notices).await
+    }
     /// A notice not caused by an event: a message queued, edited, removed or dropped.
     async fn notice(&self, notice: Notice);
 }
@@ -46,6 +60,11 @@ pub(super) struct SessionEvents {
     /// Set at a run's `agent_start`, taken at its first `turn_start`: then the system
     /// message stored for the run is told ([`Recorder::take_untold_system`]).
     run_started: std::sync::atomic::AtomicBool,
+    /// Whether a listener [`SessionListener::wants_message_json`].
+    wants_json: bool,
+    /// The JSON of the message whose `message_start` was told last, for its `message_end`
+    /// ([`SessionEvents::message_json`]).
+    json: parking_lot::Mutex<Option<MessageJson>>,
 }
 
 impl SessionEvents {
@@ -60,10 +79,36 @@ impl SessionEvents {
             agent,
             recorder,
             tracker,
+            wants_json: listeners.iter().any(|l| l.wants_message_json()),
             listeners,
             settled,
             held: parking_lot::Mutex::new(Vec::new()),
             run_started: std::sync::atomic::AtomicBool::new(false),
+            json: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// The JSON of the message `event` carries, serialised once for the listeners and the
+    /// session's file when a listener writes messages whole
+    /// ([`SessionListener::wants_message_json`]): a user message's or tool result's at its
+    /// `message_start` (kept for its `message_end`), any other message's at its
+    /// `message_end`. None for an answer's `message_start` (its first, empty message), for a
+    /// message that does not serialise, and when no listener wants it.
+    fn message_json(&self, event: &AgentEvent) -> Option<MessageJson> {
+        if !self.wants_json {
+            return None;
+        }
+        match event {
+            AgentEvent::MessageStart { message } if !matches!(**message, Message::Assistant(_)) => {
+                let json = MessageJson::new(message).ok();
+                self.json.lock().clone_from(&json);
+                json
+            }
+            AgentEvent::MessageEnd { message } => match self.json.lock().take() {
+                Some(json) if json.is_of(message) => Some(json),
+                _ => MessageJson::new(message).ok(),
+            },
+            _ => None,
         }
     }
 
@@ -109,7 +154,11 @@ impl SessionEvents {
 impl SessionEvents {
     /// Records `event` with what Pi 1.6 stores beside it: at a run's start the system message
     /// its prompt and tools call for, on an assistant message the thinking level asked for.
-    fn record(&self, event: &AgentEvent) -> Result<(), crate::session::SessionError> {
+    fn record(
+        &self,
+        event: &AgentEvent,
+        json: Option<&MessageJson>,
+    ) -> Result<(), crate::session::SessionError> {
         let agent = self.agent.upgrade();
         if !self.recorder.pi16() {
             return self.recorder.record(event);
@@ -126,7 +175,7 @@ impl SessionEvents {
             }
             _ => None,
         };
-        self.recorder.record_stamped(event, level.as_deref())
+        self.recorder.record_stamped(event, level.as_deref(), json)
     }
 }
 
@@ -167,6 +216,11 @@ impl EventSink for SessionEvents {
             },
             _ => None,
         };
+        // A custom message reaches the listeners as its view (above): no JSON of the message.
+        let json = custom
+            .is_none()
+            .then(|| self.message_json(&event))
+            .flatten();
         // A recovery's attempt left out of the context: its `context_edit`s are written, and
         // the listeners get Pi 1.6's `entry_appended` for each in place of the event.
         let mut appended = Vec::new();
@@ -176,7 +230,7 @@ impl EventSink for SessionEvents {
             None if matches!(event, AgentEvent::AttemptLeftOut) => {
                 self.recorder.leave_out().map(|entries| appended = entries)
             }
-            None => self.record(&event),
+            None => self.record(&event, json.as_ref()),
         };
         let event = custom.unwrap_or(event);
         if let Err(e) = recorded {
@@ -219,7 +273,7 @@ impl EventSink for SessionEvents {
             AgentEvent::TurnStart => self.run_started.swap(false, Ordering::Relaxed),
             _ => false,
         };
-        self.tell(event, notices).await;
+        self.tell_json(event, notices, json).await;
         // Pi 1.6 sends the system message a run starts with (stored when the prompt or the
         // tools changed: a new session's first run) as a message of the run, after its
         // `turn_start`.
@@ -239,12 +293,19 @@ impl EventSink for SessionEvents {
 impl SessionEvents {
     /// Hands `event` and its `notices` to every listener (the last one takes them).
     async fn tell(&self, event: AgentEvent, notices: Vec<Notice>) {
+        self.tell_json(event, notices, None).await
+    }
+
+    /// [`SessionEvents::tell`] with the JSON of the message `event` carries, when made
+    /// ([`SessionEvents::message_json`]).
+    async fn tell_json(&self, event: AgentEvent, notices: Vec<Notice>, json: Option<MessageJson>) {
         match self.listeners.as_slice() {
             [] => {}
-            [only] => only.event(event, notices).await,
+            [only] => only.event_json(event, notices, json).await,
             many => {
                 for l in many {
-                    l.event(event.clone(), notices.clone()).await;
+                    l.event_json(event.clone(), notices.clone(), json.clone())
+                        .await;
                 }
             }
         }

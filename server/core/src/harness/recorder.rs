@@ -13,7 +13,9 @@ use pi_ai::Message;
 use serde_json::{json, Map, Value};
 
 use crate::agent::AgentEvent;
-use crate::session::{lock_writer, EntryData, SessionError, SessionWriter, SystemState};
+use crate::session::{
+    lock_writer, EntryData, MessageJson, SessionError, SessionWriter, SystemState,
+};
 
 /// Appends a run's messages to its session file; see the module doc.
 pub struct Recorder {
@@ -172,11 +174,14 @@ impl Recorder {
     /// Records `event` with Pi 1.6's stamps on what it stores: an assistant message's
     /// `durationMs` (from its `message_start`) and `thinkingLevel` (`thinking_level`, the
     /// level the request asked for), a tool result's `durationMs` (from its
-    /// `tool_execution_start`).
+    /// `tool_execution_start`). `json`: the JSON of the message the event carries when the
+    /// caller made it ([`MessageJson`], shared with the session's listeners): the file's line
+    /// is written from it.
     pub fn record_stamped(
         &self,
         event: &AgentEvent,
         thinking_level: Option<&str>,
+        json: Option<&MessageJson>,
     ) -> Result<(), SessionError> {
         if !self.pi16 {
             return self.record(event);
@@ -215,8 +220,9 @@ impl Recorder {
                     }
                     Message::User(_) | Message::System(_) => {}
                 }
+                let json = json.filter(|j| j.is_of(message)).map(MessageJson::bytes);
                 let mut w = lock_writer(&self.writer)?;
-                let id = w.append_message_stamped(message, stamps)?;
+                let id = w.append_message_json(message, stamps, json)?;
                 let mut started = self.started.lock();
                 match &**message {
                     Message::Assistant(a) => {

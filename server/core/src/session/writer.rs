@@ -32,6 +32,56 @@ pub struct LoadedSession {
     pub deferred: bool,
 }
 
+/// A message's JSON as `serde_json` serialises it (pi-ai's derived serialisation: the bytes a
+/// `message` entry's line holds after `"message":`, stamps aside), made once and shared by
+/// whoever writes that message whole: the session file's line
+/// ([`SessionWriter::append_message_json`]) and a product's events
+/// ([`crate::harness::SessionListener::event_json`]). It names the message it was made from
+/// (the same `Arc`: [`MessageJson::is_of`]), so nobody takes it for another; cloning it
+/// shares the bytes.
+#[derive(Debug, Clone)]
+pub struct MessageJson(Arc<MessageJsonInner>);
+
+#[derive(Debug)]
+struct MessageJsonInner {
+    message: Arc<Message>,
+    bytes: Vec<u8>,
+}
+
+impl MessageJson {
+    /// Room for a tool round's messages (a result, an answer with its call) without growing.
+    const CAPACITY: usize = 512;
+
+    /// `message` serialised; an error when it does not serialise (a [`Message::System`]).
+    pub fn new(message: &Arc<Message>) -> serde_json::Result<MessageJson> {
+        let mut bytes = Vec::with_capacity(Self::CAPACITY);
+        serde_json::to_writer(&mut bytes, &**message)?;
+        Ok(MessageJson(Arc::new(MessageJsonInner {
+            message: message.clone(),
+            bytes,
+        })))
+    }
+
+    /// Whether this is the JSON of `message` (the same `Arc`, not an equal message).
+    pub fn is_of(&self, message: &Arc<Message>) -> bool {
+        Arc::ptr_eq(&self.0.message, message)
+    }
+
+    /// The message it was made from.
+    pub fn message(&self) -> &Arc<Message> {
+        &self.0.message
+    }
+
+    /// The message's JSON.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0.bytes
+    }
+}
+
+/// Room for a `message` line's bytes besides the message: its head up to `"message":`
+/// ([`SessionWriter::message_line_head`], about 100 bytes), Pi 1.6's stamps and the end.
+const LINE_HEAD: usize = 160;
+
 /// Whether `text` holds U+2028 or U+2029: both are `E2 80 A8` / `E2 80 A9` in UTF-8, found
 /// by one search for their first byte (`memchr`), not a decode of every character.
 fn has_line_separator(text: &[u8]) -> bool {
@@ -897,6 +947,19 @@ impl SessionWriter {
         message: &Message,
         stamps: serde_json::Map<String, Value>,
     ) -> Result<String, SessionError> {
+        self.append_message_json(message, stamps, None)
+    }
+
+    /// [`SessionWriter::append_message_stamped`] with `json`, the caller's [`MessageJson`]
+    /// bytes of `message` (what `serde_json` writes for it): the line holds them in place of
+    /// the message serialised again, the same bytes. Not used for a message stored otherwise
+    /// than as given (a user message's text is stored as a text block; one with images).
+    pub fn append_message_json(
+        &mut self,
+        message: &Message,
+        stamps: serde_json::Map<String, Value>,
+        json: Option<&[u8]>,
+    ) -> Result<String, SessionError> {
         match message {
             Message::ToolResult(r) => {
                 match self.open_calls.iter().position(|c| *c == r.tool_call_id) {
@@ -924,8 +987,9 @@ impl SessionWriter {
             })),
             _ => None,
         };
+        let json = json.filter(|_| blocks.is_none());
         let message = blocks.as_ref().unwrap_or(message);
-        if let Some(id) = self.append_message_line(message, &stamps)? {
+        if let Some(id) = self.append_message_line(message, &stamps, json)? {
             return Ok(id);
         }
         // Stamped: serialised once (no copy of the message first), the stamps added.
@@ -1026,6 +1090,7 @@ impl SessionWriter {
         &mut self,
         message: &Message,
         stamps: &serde_json::Map<String, Value>,
+        json: Option<&[u8]>,
     ) -> Result<Option<String>, SessionError> {
         let (role, assistant, tool) = match message {
             Message::Assistant(a) if !has_image(&a.content) => (
@@ -1047,10 +1112,14 @@ impl SessionWriter {
             _ => return Ok(None),
         };
         let id = self.new_id();
-        let mut out = Vec::with_capacity(256);
+        let mut out =
+            Vec::with_capacity(LINE_HEAD + json.map_or(MessageJson::CAPACITY, <[u8]>::len));
         let line = (|| {
             self.message_line_head(&id, &mut out)?;
-            serde_json::to_writer(&mut out, message)?;
+            match json {
+                Some(json) => out.extend_from_slice(json),
+                None => serde_json::to_writer(&mut out, message)?,
+            }
             if !stamps.is_empty() && out.pop() == Some(b'}') {
                 for (k, v) in stamps {
                     out.push(b',');
@@ -1365,7 +1434,9 @@ mod sync_tests {
     /// A message appended on the direct path is the line the `Value` path writes for it, key
     /// for key and byte for byte, and the tree's entry reads as the entry of that line: role,
     /// an assistant's provider, model and usage, a result's tool; the file reopens to the same
-    /// messages. Images and system messages take the `Value` path.
+    /// messages. Images and system messages take the `Value` path. The same again with each
+    /// message's [`MessageJson`] given (`append_message_json`): the same lines (a user
+    /// message's text, stored as a block, and an image message do not use it).
     #[test]
     fn messages_are_written_as_the_value_path_writes_them() {
         let dir = tempfile::tempdir().unwrap();
@@ -1392,9 +1463,20 @@ mod sync_tests {
             (result, stamps),
             (image, serde_json::Map::new()),
         ];
-        for (message, stamps) in &cases {
+        for ((message, stamps), with_json) in cases
+            .iter()
+            .map(|c| (c, false))
+            .chain(cases.iter().map(|c| (c, true)))
+        {
             let parent = w.leaf().map(str::to_string);
-            let id = w.append_message_stamped(message, stamps.clone()).unwrap();
+            let id = if with_json {
+                let json = MessageJson::new(&Arc::new(message.clone())).unwrap();
+                assert_eq!(json.bytes(), serde_json::to_vec(message).unwrap());
+                w.append_message_json(message, stamps.clone(), Some(json.bytes()))
+                    .unwrap()
+            } else {
+                w.append_message_stamped(message, stamps.clone()).unwrap()
+            };
             let text = std::fs::read_to_string(w.path()).unwrap();
             let line = text.lines().last().unwrap();
             let v: Value = serde_json::from_str(line).unwrap();
@@ -1435,14 +1517,16 @@ mod sync_tests {
         w.close().unwrap();
         drop(w);
         let (_, loaded) = SessionWriter::open(&path).unwrap();
-        assert_eq!(loaded.messages.len(), 4);
+        assert_eq!(loaded.messages.len(), 8);
         // The assistant message reads its `thinkingLevel` stamp back (Pi 1.6's field).
         let mut stamped = cases[1].0.clone();
         if let Message::Assistant(a) = &mut stamped {
             a.thinking_level = Some("off".into());
         }
-        assert_eq!(loaded.messages[1], stamped);
-        assert_eq!(loaded.messages[2], cases[2].0);
+        for at in [0, 4] {
+            assert_eq!(loaded.messages[at + 1], stamped);
+            assert_eq!(loaded.messages[at + 2], cases[2].0);
+        }
     }
 
     /// A stored system message written from the borrowed `Value` is the line the `Value` path
