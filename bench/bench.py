@@ -86,11 +86,16 @@ def prompt_floor(port, text):
 
 def start_model():
     """Starts the model server in a process of its own on model_script(); returns
-    (port, process)."""
-    script = Path(tempfile.mkdtemp(prefix="pi-bench-model-")) / "script.json"
-    script.write_text(json.dumps(model_script()))
-    p = subprocess.Popen([mock_model_bin(), str(script)], stdout=subprocess.PIPE)
-    return int(p.stdout.readline()), p
+    (port, process). The script's folder is removed once the server has read it (it prints
+    its port after reading the script)."""
+    folder = Path(tempfile.mkdtemp(prefix="pi-bench-model-"))
+    try:
+        script = folder / "script.json"
+        script.write_text(json.dumps(model_script()))
+        p = subprocess.Popen([mock_model_bin(), str(script)], stdout=subprocess.PIPE)
+        return int(p.stdout.readline()), p
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 # ---------------------------------------------------------------- process helpers
 

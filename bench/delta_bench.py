@@ -20,7 +20,7 @@ instructions per answer (start, `initialize`, the first answers and the exit can
 profiles stay in DIR (`cg.<binary>.<answers>.<pid>`) for `callgrind_annotate --inclusive=yes`.
 Needs the release `mock-model` (`tests/mock-model-path --release`, or `$PI_MOCK_MODEL_BIN`).
 """
-import argparse, json, statistics, sys, tempfile, time
+import argparse, json, shutil, statistics, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -81,6 +81,7 @@ def main():
     finally:
         model.kill()
         model.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def answered(binary, ws, agent, options, prompts):

@@ -23,7 +23,7 @@ prompt and the exit cancel out). The profiles stay in DIR (`cg.<binary>.<prompts
 `callgrind_annotate --inclusive=yes`.
 Needs the release `mock-model` (`tests/mock-model-path --release`, or `$PI_MOCK_MODEL_BIN`).
 """
-import argparse, json, statistics, sys, tempfile, time
+import argparse, json, shutil, statistics, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -86,6 +86,7 @@ def main():
     finally:
         model.kill()
         model.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def prompted(binary, ws, agent, prompts):
