@@ -56,6 +56,8 @@ impl MessageJson {
     pub fn new(message: &Arc<Message>) -> serde_json::Result<MessageJson> {
         let mut bytes = Vec::with_capacity(Self::CAPACITY);
         serde_json::to_writer(&mut bytes, &**message)?;
+        // Kept while the run goes on (the LSP sink's repeats): no spare room kept with it.
+        bytes.shrink_to_fit();
         Ok(MessageJson(Arc::new(MessageJsonInner {
             message: message.clone(),
             bytes,
