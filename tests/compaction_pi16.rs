@@ -248,3 +248,227 @@ async fn summaries_of_a_reasoning_session_ask_its_thinking_level_as_pi_1_6_does(
     let efforts: Vec<&Value> = ours.iter().map(|b| &b["reasoning_effort"]).collect();
     assert_eq!(efforts, vec![&json!("high"), &json!("high")]);
 }
+
+/// Settings on both sides for the retry comparisons: Pi's retry budget (3) 10 ms apart,
+/// doubling, and the compaction settings of [`pi_converse_and_compact`].
+fn retry_settings() -> Value {
+    json!({
+        "compaction": {"keepRecentTokens": 1, "reserveTokens": RESERVE},
+        "retry": {"baseDelayMs": 10}
+    })
+}
+
+/// A mock answering the two prompts "One." and "Two.", whose first `failing.len()` summary
+/// requests get those steps (HTTP errors) and every later one "SUMMARY".
+async fn failing_mock(failing: Vec<Step>) -> MockModel {
+    let mock = MockModel::start(vec![Step::text("One."), Step::text("Two.")]).await;
+    let left = std::sync::Mutex::new(std::collections::VecDeque::from(failing));
+    mock.set_responder(Arc::new(move |body: &Value| {
+        is_summary(body).then(|| {
+            left.lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| Step::text("SUMMARY"))
+        })
+    }));
+    mock
+}
+
+/// Pi 1.6.0 in RPC mode with [`retry_settings`]: the two prompts, then `compact`; the
+/// compaction's events up to its response (the response left out).
+fn pi_compact_events(pi: &Path, dir: &Path, mock: &MockModel) -> Vec<Value> {
+    let (agent, home, ws) = (dir.join("agent"), dir.join("home"), dir.join("ws"));
+    for d in [&agent, &home, &ws] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(agent.join("models.json"), mock.models_json().to_string()).unwrap();
+    std::fs::write(agent.join("settings.json"), retry_settings().to_string()).unwrap();
+    let mut cmd = pi_command(pi, &ws, &agent, &home, ["--no-tools", "--session-dir"]);
+    cmd.arg(dir.join("sessions"))
+        .env("PI_PACKAGE_DIR", pi_e2e::pi16_package(pi));
+    let mut p = PiRpc::spawn(cmd);
+    for text in PROMPTS {
+        p.call(json!({"type": "prompt", "message": text}), |v| {
+            v["type"] == "agent_end"
+        });
+    }
+    let events = p.call(json!({"type": "compact"}), |v| {
+        v["type"] == "response" && v["command"] == "compact"
+    });
+    p.close();
+    events
+        .into_iter()
+        .filter(|v| v["type"] != "response")
+        .collect()
+}
+
+/// Every event of an agent, as JSON.
+#[derive(Default)]
+struct Collect(std::sync::Mutex<Vec<Value>>);
+
+#[async_trait::async_trait]
+impl pi_core::agent::EventSink for Collect {
+    async fn emit(&self, event: pi_core::agent::AgentEvent) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(serde_json::to_value(&event).unwrap());
+    }
+}
+
+/// pi-lsp's agent with the retry settings of [`retry_settings`] (3 retries, 10 ms doubling,
+/// no jitter): the two prompts, then a manual compaction; the events from its
+/// `compaction_start` on.
+async fn our_compact_events(dir: &Path, mock: &MockModel) -> Vec<Value> {
+    let model = mock.completions_model(128_000, 4_096);
+    let writer = SessionWriter::create(
+        &dir.join("sessions"),
+        dir,
+        &model.provider,
+        &model.id,
+        "off",
+    )
+    .unwrap();
+    let writer = Arc::new(std::sync::Mutex::new(writer));
+    let mut cfg = AgentConfig::new(model, "You are a helper.".into(), Vec::new());
+    cfg.retry.policy = pi_ai::RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_secs(60),
+        jitter: 0.0,
+    };
+    cfg.compaction = Some(CompactionConfig {
+        settings: CompactionSettings {
+            keep_recent_tokens: 1,
+            reserve_tokens: RESERVE,
+            ..CompactionSettings::default()
+        },
+        compactor: Arc::new(SessionCompactor::new(writer.clone())),
+    });
+    let agent = Agent::new(cfg, Vec::new());
+    let idle = || async {
+        tokio::time::timeout(Duration::from_secs(30), agent.wait_for_idle())
+            .await
+            .expect("the agent did not become idle")
+    };
+    for text in PROMPTS {
+        agent.prompt(vec![Message::user_text(text)]).unwrap();
+        idle().await;
+        for m in agent.messages().iter().rev().take(2).rev() {
+            writer.lock().unwrap().append_message(m).unwrap();
+        }
+    }
+    let seen = Arc::new(Collect::default());
+    let _sub = agent.subscribe(seen.clone());
+    let (_, _, rx) = agent.compact(None).unwrap();
+    let _ = rx.await.unwrap();
+    idle().await;
+    let all = seen.0.lock().unwrap().clone();
+    all
+}
+
+/// The compaction's and its summaries' events, in order: `summarization_retry_*` whole,
+/// `compaction_start` whole, `compaction_end` by its outcome (`errorMessage`, whether a
+/// result came); the rest (Pi's `agent_settled` …) left out.
+fn summary_events(events: &[Value]) -> Vec<Value> {
+    events
+        .iter()
+        .filter_map(|e| match e["type"].as_str().unwrap() {
+            t if t.starts_with("summarization_retry") || t == "compaction_start" => Some(e.clone()),
+            "compaction_end" => Some(json!({
+                "type": "compaction_end",
+                "errorMessage": e["errorMessage"],
+                "result": !e["result"].is_null(),
+            })),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Both sides' summary events and how many summary requests each sent, on the same failing
+/// summary requests ([`failing_mock`]).
+async fn both_failing(
+    name: &str,
+    failing: Vec<Step>,
+) -> ((Vec<Value>, usize), (Vec<Value>, usize)) {
+    let pi = pi_e2e::pi16_bin(WHAT).unwrap();
+    let tmp = TempDir::new(name);
+    let pi_mock = failing_mock(failing.clone()).await;
+    let dir = tmp.path().join("pi");
+    let theirs = tokio::task::block_in_place(|| pi_compact_events(&pi, &dir, &pi_mock));
+    let our_mock = failing_mock(failing).await;
+    let ours = our_compact_events(&tmp.path().join("ours"), &our_mock).await;
+    (
+        (summary_events(&ours), summaries(&our_mock).len()),
+        (summary_events(&theirs), summaries(&pi_mock).len()),
+    )
+}
+
+/// An OpenAI-style HTTP error: `status` with `{"error": {"message": message}}`.
+fn http_error(status: u16, message: &str) -> Step {
+    Step::Raw {
+        status,
+        content_type: "application/json".into(),
+        body: json!({"error": {"message": message}}).to_string(),
+    }
+}
+
+/// Issue 29 (b): a summary request that fails with a transient error (a 500) is retried as Pi
+/// 1.6's `completeSummarization` retries it (`settings.retry`): the same events as Pi's RPC
+/// `compact` sends — `summarization_retry_scheduled {attempt: 1, maxAttempts: 3, delayMs: 10,
+/// errorMessage}`, `summarization_retry_attempt_start {source: "compaction", reason:
+/// "manual"}`, `summarization_retry_finished` — and the compaction succeeds with the same
+/// number of summary requests (3: the history summary twice, then the turn prefix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summary_request_failing_once_is_retried_as_pi_1_6_retries_it() {
+    if pi_e2e::pi16_bin(WHAT).is_none() {
+        return;
+    }
+    let ((ours, our_requests), (theirs, their_requests)) = both_failing(
+        "compaction-pi16-retry",
+        vec![http_error(500, "summary boom once")],
+    )
+    .await;
+    assert_eq!(ours, theirs);
+    assert_eq!(our_requests, their_requests);
+    assert_eq!(our_requests, 3);
+    let types: Vec<&str> = ours.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "compaction_start",
+            "summarization_retry_scheduled",
+            "summarization_retry_attempt_start",
+            "summarization_retry_finished",
+            "compaction_end"
+        ]
+    );
+    assert_eq!(ours[1]["delayMs"], json!(10));
+    assert_eq!(
+        ours[2],
+        json!({"type": "summarization_retry_attempt_start", "source": "compaction", "reason": "manual"})
+    );
+    assert_eq!(ours[4]["result"], json!(true));
+}
+
+/// Issue 29 (b): the summaries are asked one after the other (history, then turn prefix): a
+/// history summary refused with a 400 (not transient: no retry) ends the compaction with Pi
+/// 1.6's error and no second request — one summary request on each side, the same events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_history_summary_stops_before_the_turn_prefix_as_pi_1_6_does() {
+    if pi_e2e::pi16_bin(WHAT).is_none() {
+        return;
+    }
+    let ((ours, our_requests), (theirs, their_requests)) =
+        both_failing("compaction-pi16-400", vec![http_error(400, "bad summary")]).await;
+    assert_eq!(ours, theirs);
+    assert_eq!((our_requests, their_requests), (1, 1));
+    assert_eq!(ours.len(), 2, "{ours:#?}");
+    assert!(
+        ours[1]["errorMessage"]
+            .as_str()
+            .unwrap()
+            .starts_with("Compaction failed: Summarization failed: 400"),
+        "{ours:#?}"
+    );
+}

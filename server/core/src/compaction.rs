@@ -444,12 +444,14 @@ pub struct CompactionProposal {
 /// shrink the context and fit under the threshold, case CMP-04), then commits it.
 #[async_trait::async_trait]
 pub trait Compactor: Send + Sync {
-    /// Prepares the cut and writes the summaries for the history as it is now; appends nothing.
+    /// Prepares the cut and writes the summaries for the history as it is now, each request
+    /// retried as `retry` says ([`summarize`]); appends nothing.
     async fn propose(
         &self,
         model: &Model,
         settings: &CompactionSettings,
         instructions: Option<&str>,
+        retry: SummaryRetry<'_>,
         cancel: &CancellationToken,
     ) -> Result<CompactionProposal, CompactionError>;
     /// Appends the `compaction` entry; returns the model context after it.
@@ -1207,6 +1209,7 @@ pub(crate) async fn complete_summary(
     model: &Model,
     context: &Context,
     kind: SummaryKind,
+    retry: SummaryRetry<'_>,
     cancel: &CancellationToken,
 ) -> Result<(String, pi_ai::Usage), CompactionError> {
     let max_tokens = summary_max_tokens(model, context);
@@ -1215,21 +1218,7 @@ pub(crate) async fn complete_summary(
     // one answer's as it is, those of an answer asked again combined (Pi's `combineUsage`).
     let mut usage: Option<pi_ai::Usage> = None;
     let text = loop {
-        let stream = pi_ai::stream(
-            model,
-            context,
-            StreamOptions {
-                cancel: cancel.child_token(),
-                // The model's limit, clamped to the window's room (a thinking budget
-                // included), as pi-ai 1.6's `buildBaseOptions` asks it.
-                output_room: (model.context_window > 0).then_some(max_tokens),
-                // Pi 1.6's `completeSummarization`: summary requests cache nothing (no
-                // `cache_control`, no `prompt_cache_key`, no session headers).
-                cache_retention: Some(CacheRetention::None),
-                ..StreamOptions::default()
-            },
-        );
-        let m = stream.result().await;
+        let m = summary_request(model, context, max_tokens, retry, cancel).await;
         usage = Some(match usage {
             None => m.usage.clone(),
             Some(u) => combine_usage(&u, &m.usage),
@@ -1281,6 +1270,103 @@ pub(crate) async fn complete_summary(
         text
     };
     Ok((text, usage.unwrap_or_default()))
+}
+
+/// What a summary request's retries are told to (Pi 1.6's `_summarizationRetryCallbacks`,
+/// whose `summarization_retry_*` events the agent's side sends).
+#[async_trait::async_trait]
+pub trait SummaryRetryListener: Send + Sync {
+    /// Retry `attempt` of at most `max_attempts` follows after `delay_ms` milliseconds, for the
+    /// failure `error_message` (pi-ai's `onRetryScheduled`).
+    async fn scheduled(&self, attempt: u32, max_attempts: u32, delay_ms: u64, error_message: &str);
+    /// The wait is over and the request is sent again (`onRetryAttemptStart`).
+    async fn attempt_start(&self);
+    /// The retries are over: an answer came, the last attempt failed, or the wait or the
+    /// request was aborted (`onRetryFinished`, once after a first retry was scheduled).
+    async fn finished(&self);
+}
+
+/// How a summary request retries a transient failure: Pi 1.6's `completeSummarization`
+/// wraps every summary request (a compaction's history and turn-prefix summaries, a branch
+/// summary) in pi-ai's `retryAssistantCall` with `settings.retry`. The default: no retry.
+#[derive(Clone, Copy, Default)]
+pub struct SummaryRetry<'a> {
+    /// The retry budget and backoff (`settings.retry`: `maxRetries`, `baseDelayMs`, the
+    /// longest delay); `None` when retrying is off (`retry.enabled` false).
+    pub policy: Option<&'a pi_ai::RetryPolicy>,
+    /// Who is told of the retries; `None`: nobody.
+    pub listener: Option<&'a dyn SummaryRetryListener>,
+}
+
+/// One summary request, retried as pi-ai 1.6's `retryAssistantCall` retries it: an answer
+/// that is not an error returns at once; an error that is not transient
+/// ([`pi_ai::ProviderError::is_retryable`] of its `errorMessage`), or the last allowed one,
+/// returns as it is; otherwise retry `n` waits `baseDelayMs · 2^(n-1)` (Pi's `retryDelayMs`,
+/// at most the policy's longest delay; no jitter, no `Retry-After`) and sends it again. An
+/// abort during the wait returns the failed answer as `aborted`. The listener hears
+/// `scheduled` before each wait, `attempt_start` after it, `finished` once at the end when a
+/// retry was scheduled.
+async fn summary_request(
+    model: &Model,
+    context: &Context,
+    max_tokens: u64,
+    retry: SummaryRetry<'_>,
+    cancel: &CancellationToken,
+) -> pi_ai::AssistantMessage {
+    let max_attempts = retry.policy.map_or(0, |p| p.max_retries);
+    let mut attempt = 0u32;
+    loop {
+        let stream = pi_ai::stream(
+            model,
+            context,
+            StreamOptions {
+                cancel: cancel.child_token(),
+                // The model's limit, clamped to the window's room (a thinking budget
+                // included), as pi-ai 1.6's `buildBaseOptions` asks it.
+                output_room: (model.context_window > 0).then_some(max_tokens),
+                // Pi 1.6's `completeSummarization`: summary requests cache nothing (no
+                // `cache_control`, no `prompt_cache_key`, no session headers).
+                cache_retention: Some(CacheRetention::None),
+                ..StreamOptions::default()
+            },
+        );
+        let mut m = stream.result().await;
+        let retryable = m.stop_reason == StopReason::Error
+            && pi_ai::errors::classify_message(&m, 0).is_some_and(|e| e.is_retryable());
+        if !retryable || attempt >= max_attempts || cancel.is_cancelled() {
+            if attempt > 0 {
+                if let Some(l) = retry.listener {
+                    l.finished().await;
+                }
+            }
+            return m;
+        }
+        attempt += 1;
+        let why = m
+            .error_message
+            .clone()
+            .unwrap_or_else(|| "Unknown error".into());
+        let delay = retry.policy.map_or(std::time::Duration::ZERO, |p| {
+            p.base_delay
+                .saturating_mul(2u32.saturating_pow(attempt - 1))
+                .min(p.max_delay)
+        });
+        if let Some(l) = retry.listener {
+            l.scheduled(attempt, max_attempts, delay.as_millis() as u64, &why)
+                .await;
+        }
+        if pi_ai::RetryPolicy::wait(delay, cancel).await.is_err() {
+            if let Some(l) = retry.listener {
+                l.finished().await;
+            }
+            m.stop_reason = StopReason::Aborted;
+            m.error_message = None;
+            return m;
+        }
+        if let Some(l) = retry.listener {
+            l.attempt_start().await;
+        }
+    }
 }
 
 /// Pi 1.6's `combineUsage` (`core/usage-totals.js`): the sum of two usages, field by field;
@@ -1336,13 +1422,15 @@ pub struct CompactionResult {
 }
 
 /// Writes the summaries for `prep` (Pi's `compact`): the history summary (first or update) and,
-/// for a split turn, the turn-prefix summary, requested concurrently; then the file lists.
+/// for a split turn, then the turn-prefix summary (one after the other, as Pi 1.6: a failed
+/// first one stops before the second), each retried as `retry` says; then the file lists.
 /// Each asks Pi 1.6's output limit ([`summary_max_tokens`]), not Pi 0.73's share of
 /// `compaction.reserveTokens`.
 pub async fn summarize(
     model: &Model,
     prep: &Preparation,
     instructions: Option<&str>,
+    retry: SummaryRetry<'_>,
     cancel: &CancellationToken,
 ) -> Result<CompactionResult, CompactionError> {
     let history = async {
@@ -1362,17 +1450,16 @@ pub async fn summarize(
             prep.previous_summary.as_deref(),
             instructions,
         );
-        complete_summary(model, &ctx, SummaryKind::History, cancel)
+        complete_summary(model, &ctx, SummaryKind::History, retry, cancel)
             .await
             .map(|(text, usage)| (text, Some(usage)))
     };
+    // One after the other, as Pi 1.6's `compact` asks them: the history, then the turn
+    // prefix; a failed history summary ends the compaction before the second request.
     let summary = if prep.is_split_turn {
-        let prefix = async {
-            let ctx = turn_prefix_request(&prep.turn_prefix_messages, instructions);
-            complete_summary(model, &ctx, SummaryKind::TurnPrefix, cancel).await
-        };
-        let (h, p) = futures::join!(history, prefix);
-        let ((h, hu), (p, pu)) = (h?, p?);
+        let (h, hu) = history.await?;
+        let ctx = turn_prefix_request(&prep.turn_prefix_messages, instructions);
+        let (p, pu) = complete_summary(model, &ctx, SummaryKind::TurnPrefix, retry, cancel).await?;
         // Pi 1.6's `compact`: the prefix's usage alone when no history request was made.
         let usage = match hu {
             Some(hu) => combine_usage(&hu, &pu),
@@ -1424,6 +1511,7 @@ impl Compactor for SessionCompactor {
         model: &Model,
         settings: &CompactionSettings,
         instructions: Option<&str>,
+        retry: SummaryRetry<'_>,
         cancel: &CancellationToken,
     ) -> Result<CompactionProposal, CompactionError> {
         let (path, leaf): (Vec<Entry>, Option<String>) = {
@@ -1437,7 +1525,7 @@ impl Compactor for SessionCompactor {
         let prep = prepare(&refs, settings.keep_recent_tokens)?;
         drop(refs);
         drop(path);
-        let mut result = summarize(model, &prep, instructions, cancel).await?;
+        let mut result = summarize(model, &prep, instructions, retry, cancel).await?;
         let w = self.writer()?;
         if w.leaf() != leaf.as_deref() {
             return Err(CompactionError::Session(

@@ -422,6 +422,17 @@ impl SessionListener for PrintSink {
                         *delay_ms as f64 / 1000.0
                     );
                 }
+                AgentEvent::SummarizationRetryScheduled {
+                    attempt,
+                    max_attempts,
+                    delay_ms,
+                    error_message,
+                } => {
+                    eprintln!(
+                        "pi-lsp: summary request failed: {error_message}; retrying ({attempt}/{max_attempts}) in {:.1} s",
+                        *delay_ms as f64 / 1000.0
+                    );
+                }
                 AgentEvent::EntryAppended { entry }
                     if entry["type"] == "context_edit" && entry["replacement"].is_null() =>
                 {

@@ -542,6 +542,17 @@ impl Agent {
         let _ = rx.wait_for(|idle| *idle).await;
     }
 
+    /// Sends `event` to the listeners as a run's events go (the agent's state takes it
+    /// first): for what happens outside a run, as a branch summary's
+    /// `summarization_retry_*` events.
+    pub async fn tell(&self, event: AgentEvent) {
+        Dispatch {
+            inner: self.inner.clone(),
+        }
+        .emit(event)
+        .await;
+    }
+
     /// True while a compaction writes its summary (the agent is busy then too).
     pub fn is_compacting(&self) -> bool {
         self.inner.state.lock().compacting

@@ -500,6 +500,27 @@ pub enum AgentEvent {
         delay_ms: u64,
         error_message: String,
     },
+    /// A summary request (a compaction's, a branch summary's) failed with a transient error and
+    /// is sent again after `delayMs` (Pi 1.6's `summarization_retry_scheduled`, from
+    /// `settings.retry` as its `completeSummarization` retries).
+    SummarizationRetryScheduled {
+        attempt: u32,
+        max_attempts: u32,
+        delay_ms: u64,
+        error_message: String,
+    },
+    /// The wait is over and the summary request is sent again (Pi 1.6's
+    /// `summarization_retry_attempt_start`): `source` `compaction` with the compaction's
+    /// `reason`, or `branchSummary` without one.
+    SummarizationRetryAttemptStart {
+        source: SummarySource,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<CompactionReason>,
+    },
+    /// A summary request's retries are over, whatever their end (Pi 1.6's
+    /// `summarization_retry_finished`, no fields; the compaction's or branch's own outcome
+    /// follows).
+    SummarizationRetryFinished,
     /// The retries ended: a response succeeded, or the last attempt failed, or the wait was
     /// aborted (`finalError: "Retry cancelled"`).
     AutoRetryEnd {
@@ -776,6 +797,18 @@ pub enum CompactionReason {
     Overflow,
     /// Asked for by the user (optionally with instructions).
     Manual,
+}
+
+/// What a summary request that is retried writes (Pi 1.6's `source` of
+/// `summarization_retry_attempt_start`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub enum SummarySource {
+    /// A compaction's history or turn-prefix summary.
+    Compaction,
+    /// A branch summary (tree navigation with a summary).
+    BranchSummary,
 }
 
 /// Compaction settings with the compactor that carries them out.

@@ -13,10 +13,10 @@ use serde_json::Value;
 
 use super::{
     AfterToolCall, AgentConfig, AgentEvent, BeforeToolCall, CompactionConfig, CompactionError,
-    CompactionProposal, CompactionReason, CompactionResult, EventSink, NextTurn, Queue, RunControl,
-    RunOutcome, Tool, ToolContext, ToolError, ToolExecution, ToolOutput, ABORTED_TEXT, ABORT_GRACE,
-    FAILED_RESPONSE_TEXT, LENGTH_LIMIT_TEXT, MIN_OUTPUT_TOKENS, OPERATION_ABORTED_TEXT,
-    UNFINISHED_ARGUMENTS_TEXT,
+    CompactionProposal, CompactionReason, CompactionResult, EventSink, NextTurn, Queue,
+    RetrySettings, RunControl, RunOutcome, SummarySource, Tool, ToolContext, ToolError,
+    ToolExecution, ToolOutput, ABORTED_TEXT, ABORT_GRACE, FAILED_RESPONSE_TEXT, LENGTH_LIMIT_TEXT,
+    MIN_OUTPUT_TOKENS, OPERATION_ABORTED_TEXT, UNFINISHED_ARGUMENTS_TEXT,
 };
 
 mod length_recovery;
@@ -78,6 +78,8 @@ pub(crate) async fn compact_checked(
     instructions: Option<&str>,
     history: &[Message],
     reason: CompactionReason,
+    retry: &RetrySettings,
+    sink: &dyn EventSink,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<(CompactionProposal, Vec<Message>), CompactionError> {
     // Both sides estimated the same way (provider usage describes the old context only).
@@ -86,9 +88,18 @@ pub(crate) async fn compact_checked(
     // The system prompt and tool specs, counted on both sides.
     let fixed = estimate(&[]);
     let settings = kept_settings(cc, model, fixed);
+    let events = SummaryRetryEvents {
+        sink,
+        source: SummarySource::Compaction,
+        reason: Some(reason),
+    };
+    let retry = crate::compaction::SummaryRetry {
+        policy: retry.enabled.then_some(&retry.policy),
+        listener: Some(&events),
+    };
     let proposal = cc
         .compactor
-        .propose(model, &settings, instructions, cancel)
+        .propose(model, &settings, instructions, retry, cancel)
         .await?;
     let before = estimate(history);
     let after = estimate(&proposal.messages);
@@ -168,6 +179,46 @@ pub(crate) fn last_answer_past_threshold(
         )
     };
     crate::compaction::should_compact(tokens, window, cc.settings.reserve_tokens)
+}
+
+/// A summary request's retries told as events of `sink` (Pi 1.6's
+/// `_summarizationRetryCallbacks`: `summarization_retry_scheduled`,
+/// `summarization_retry_attempt_start` with `source` and the compaction's `reason`,
+/// `summarization_retry_finished`).
+pub struct SummaryRetryEvents<'a> {
+    /// Where the events go.
+    pub sink: &'a dyn EventSink,
+    /// What the summary is for.
+    pub source: SummarySource,
+    /// The compaction's reason (`None` for a branch summary).
+    pub reason: Option<CompactionReason>,
+}
+
+#[async_trait::async_trait]
+impl crate::compaction::SummaryRetryListener for SummaryRetryEvents<'_> {
+    async fn scheduled(&self, attempt: u32, max_attempts: u32, delay_ms: u64, error_message: &str) {
+        self.sink
+            .emit(AgentEvent::SummarizationRetryScheduled {
+                attempt,
+                max_attempts,
+                delay_ms,
+                error_message: error_message.to_string(),
+            })
+            .await;
+    }
+
+    async fn attempt_start(&self) {
+        self.sink
+            .emit(AgentEvent::SummarizationRetryAttemptStart {
+                source: self.source,
+                reason: self.reason,
+            })
+            .await;
+    }
+
+    async fn finished(&self) {
+        self.sink.emit(AgentEvent::SummarizationRetryFinished).await;
+    }
 }
 
 /// Base64 length over which an image is replaced after a size refusal: 5 MB, Anthropic's
@@ -655,6 +706,8 @@ impl Run<'_> {
             None,
             &self.messages,
             reason,
+            &self.cfg.retry,
+            &*self.sink,
             &self.control.cancel,
         )
         .await;
@@ -1513,6 +1566,8 @@ pub async fn run_compaction(
                 instructions,
                 &history,
                 reason,
+                &cfg.retry,
+                sink,
                 &control.cancel,
             )
             .await

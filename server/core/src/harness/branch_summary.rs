@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::compaction::{
     complete_summary, format_file_operations, pi_estimate_tokens, replace_value_content,
     serialize_conversation_as_pi, summary_context, CompactionError, FileOps, SummaryKind,
-    DEFAULT_RESERVE_TOKENS,
+    SummaryRetry, DEFAULT_RESERVE_TOKENS,
 };
 use crate::session::{convert_message, Entry};
 
@@ -187,7 +187,7 @@ pub async fn branch_summary(
         custom_instructions: custom_instructions.map(str::to_string),
         ..SummaryOptions::default()
     };
-    branch_summary_with(model, entries, &options, cancel).await
+    branch_summary_with(model, entries, &options, SummaryRetry::default(), cancel).await
 }
 
 /// Asks `model` to summarise `entries` (the entries left, chronological; `cancel` stops it)
@@ -195,12 +195,14 @@ pub async fn branch_summary(
 /// (128,000 when unknown) less `options.reserve_tokens`; Pi's prompt, with the custom
 /// instructions as its "Additional focus", or instead of it with `replace_instructions`
 /// ([`SummaryOptions`]). An answer without text is asked for once more; a second one fails
-/// the summary: no empty summary is written (case 18.11). A failure is worded as Pi's,
+/// the summary: no empty summary is written (case 18.11). The request is retried as `retry`
+/// says (Pi 1.6's `completeSummarization`). A failure is worded as Pi's,
 /// "Branch summarization failed: …" ([`SummaryKind::Branch`]).
 pub async fn branch_summary_with(
     model: &Model,
     entries: &[&Entry],
     options: &SummaryOptions,
+    retry: SummaryRetry<'_>,
     cancel: &CancellationToken,
 ) -> Result<BranchSummary, String> {
     let window = match model.context_window {
@@ -231,7 +233,7 @@ pub async fn branch_summary_with(
     let context = summary_context(format!(
         "<conversation>\n{conversation}\n</conversation>\n\n{instructions}"
     ));
-    let (text, usage) = complete_summary(model, &context, SummaryKind::Branch, cancel)
+    let (text, usage) = complete_summary(model, &context, SummaryKind::Branch, retry, cancel)
         .await
         .map_err(|e| match e {
             CompactionError::Cancelled => "Branch summarization was cancelled".to_string(),

@@ -892,11 +892,21 @@ impl AgentSession {
                 replace_instructions: options.replace_instructions,
                 reserve_tokens: self.ws.settings().branch_summary_reserve_tokens,
             };
+            // Pi 1.6 retries the summary request with `settings.retry` and tells it
+            // (`summarization_retry_*` with `source: "branchSummary"`).
+            let agent = self.agent();
+            let retry = agent.with_config(|c| c.retry.clone());
+            let events = BranchRetryEvents(agent);
+            let retry = crate::compaction::SummaryRetry {
+                policy: (retry.enabled && self.auto_retry()).then_some(&retry.policy),
+                listener: Some(&events),
+            };
             Some(
                 super::branch_summary::branch_summary_with(
                     &self.model(),
                     &left,
                     &summary_options,
+                    retry,
                     &cancel,
                 )
                 .await
@@ -996,5 +1006,38 @@ mod tests {
             ("a\n\nb".into(), Some("Command exited with code 3".into()))
         );
         assert_eq!(split_status("x\n\ny"), ("x\n\ny".into(), None));
+    }
+}
+
+/// A branch summary's retries told to the session's listeners as Pi 1.6 tells them
+/// (`summarization_retry_*`, `source: "branchSummary"`).
+struct BranchRetryEvents<'a>(&'a crate::agent::Agent);
+
+#[async_trait::async_trait]
+impl crate::compaction::SummaryRetryListener for BranchRetryEvents<'_> {
+    async fn scheduled(&self, attempt: u32, max_attempts: u32, delay_ms: u64, error_message: &str) {
+        self.0
+            .tell(crate::agent::AgentEvent::SummarizationRetryScheduled {
+                attempt,
+                max_attempts,
+                delay_ms,
+                error_message: error_message.to_string(),
+            })
+            .await;
+    }
+
+    async fn attempt_start(&self) {
+        self.0
+            .tell(crate::agent::AgentEvent::SummarizationRetryAttemptStart {
+                source: crate::agent::SummarySource::BranchSummary,
+                reason: None,
+            })
+            .await;
+    }
+
+    async fn finished(&self) {
+        self.0
+            .tell(crate::agent::AgentEvent::SummarizationRetryFinished)
+            .await;
     }
 }
