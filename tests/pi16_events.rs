@@ -763,3 +763,85 @@ async fn a_tool_round_s_end_events_carry_what_pi_s_carry() {
         .all(|k| k.contains(&"durationMs".to_string())));
     assert_eq!(results(&o), results(&t));
 }
+
+/// A Pi-format session file in `ws` without a stored system message: a question and an
+/// answer whose usage says `total` tokens (as a file written before Pi 1.6, or by hand).
+fn without_system_message(ws: &Path, total: u64) -> String {
+    let at = "2026-01-01T00:00:00.000Z";
+    let lines = [
+        json!({"type": "session", "version": 3, "id": "0c0ffee0-0000-4000-8000-000000000001",
+               "timestamp": at, "cwd": ws}),
+        json!({"type": "message", "id": "a1", "parentId": null, "timestamp": at,
+               "message": {"role": "user", "content": [{"type": "text", "text": "earlier question"}],
+                           "timestamp": 1_767_225_600_000u64}}),
+        json!({"type": "message", "id": "a2", "parentId": "a1", "timestamp": at,
+               "message": {"role": "assistant", "content": [{"type": "text", "text": "earlier answer"}],
+                           "api": "openai-completions", "provider": "mock", "model": "mock-1",
+                           "usage": {"input": total - 100, "output": 100, "cacheRead": 0, "cacheWrite": 0,
+                                     "totalTokens": total,
+                                     "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+                           "stopReason": "stop", "timestamp": 1_767_225_601_000u64}}),
+    ];
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// Issue 29 (c): a resumed file without a stored system message, its last usage 45,000 of a
+/// 64,000-token window (`maxTokens` 16,000, compaction off), continued with the same tools:
+/// Pi 1.6's `clampMaxTokensToContext` counts the system message the run stores (after the
+/// usage anchor) as input, and the request asks the same `max_completion_tokens` as Pi's —
+/// below what the usage and the prompt alone leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_file_without_a_system_message_asks_pi_s_output_limit() {
+    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+        return;
+    };
+    let settings = json!({"compaction": {"enabled": false}});
+    let with_max = |mock: &MockModel| {
+        let mut m = models(mock, 64_000);
+        m["providers"]["mock"]["models"][0]["maxTokens"] = json!(16_000);
+        m
+    };
+    let tools = ["--tools", "read,bash,edit,write"];
+    // Pi's side.
+    let tmp = TempDir::new("pi16-budget-pi16");
+    let mock = MockModel::start(vec![Step::text("fine")]).await;
+    let (ws, agent) = (tmp.path().join("ws"), tmp.path().join("agent"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), with_max(&mock).to_string()).unwrap();
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let file = tmp.path().join("resumed.jsonl");
+    std::fs::write(&file, without_system_message(&ws, 45_000)).unwrap();
+    let sessions = tmp.path().join("sessions");
+    let args = [
+        &["--session", file.to_str().unwrap(), "-p", "next"][..],
+        &tools,
+    ]
+    .concat();
+    let out = run_pi_in(&pi, &ws, &agent, tmp.path(), &sessions, &args);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let theirs = mock.requests()[0].body["max_completion_tokens"].clone();
+    // Ours.
+    let mock = MockModel::start(vec![Step::text("fine")]).await;
+    let mut h = Headless::new("pi16-budget-ours", &with_max(&mock));
+    // The same prompt as Pi's: its `docs` section names Pi's package.
+    let package = pi_e2e::pi16_package(&pi);
+    h.env
+        .push(("PI_PACKAGE_DIR", package.to_string_lossy().into_owned()));
+    std::fs::write(h.agent.join("settings.json"), settings.to_string()).unwrap();
+    let file = h.ws.join("resumed.jsonl");
+    std::fs::write(&file, without_system_message(&h.ws, 45_000)).unwrap();
+    let model = ["--model", "mock/mock-1"];
+    let args = [
+        &model[..],
+        &["--session", file.to_str().unwrap(), "next"],
+        &tools,
+    ]
+    .concat();
+    let out = h.run(&args);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let ours = mock.requests()[0].body["max_completion_tokens"].clone();
+    assert_eq!(ours, theirs);
+    // Without the system message: 64,000 − 45,000 − ceil("next" / 3.5) − 4,096 = 14,902.
+    assert!(ours.as_u64().unwrap() < 14_902, "{ours}");
+}

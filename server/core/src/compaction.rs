@@ -815,6 +815,45 @@ pub fn pi_estimate_tokens(m: &Value) -> u64 {
     chars.div_ceil(4)
 }
 
+/// pi-ai 1.6's `estimateMessageTokens` of a stored system message (`role: "system"`, as in
+/// the file): `ceil(chars / 3.5)` of `getSystemMessageText` (its content and every section's
+/// text that is not `null`, the non-empty ones joined by a blank line), plus the same of the
+/// JSON of `toolsAdded` and of `toolsRemoved`, each rounded up on its own; characters in
+/// UTF-16 units as JavaScript counts them.
+pub fn pi_system_message_tokens(m: &Value) -> u64 {
+    let tokens = |chars: usize| (chars as u64 * 2).div_ceil(7);
+    let utf16 = |s: &str| s.encode_utf16().count();
+    let content = match &m["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    };
+    let mut parts = vec![content.as_str()];
+    if let Some(sections) = m["sections"].as_object() {
+        parts.extend(sections.values().filter_map(Value::as_str));
+    }
+    let text: usize = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| utf16(p))
+        .sum::<usize>()
+        + 2 * parts
+            .iter()
+            .filter(|p| !p.is_empty())
+            .count()
+            .saturating_sub(1);
+    let tools = |v: &Value| match v {
+        Value::Array(a) if !a.is_empty() => tokens(utf16(&v.to_string())),
+        _ => 0,
+    };
+    tokens(text) + tools(&m["toolsAdded"]) + tools(&m["toolsRemoved"])
+}
+
 /// Pi 1.6's `estimateProjectedContextTokens(buildSessionProjection(path), path)`, the figure
 /// Pi writes as a compaction's `tokensBefore` (`core/compaction/compaction.js`):
 ///

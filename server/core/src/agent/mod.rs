@@ -350,6 +350,15 @@ pub trait SystemMessages: Send + Sync {
         let _ = system_prompt;
         None
     }
+
+    /// pi-ai 1.6's `estimateMessageTokens` summed over the system messages stored among the
+    /// conversation's last `after` context messages (after the usage anchor a request's
+    /// output limit counts from: Pi 1.6's agent context holds them there), in tokens; asked
+    /// for every request's output limit, of any model. 0: none stored there.
+    fn tokens_after(&self, after: usize) -> u64 {
+        let _ = after;
+        0
+    }
 }
 
 /// Trusted product policy plugged into the loop (docs/design.md#extensions-and-product-boundaries: extensions map onto these hooks).

@@ -828,7 +828,10 @@ impl Run<'_> {
     /// its anchor plus the estimates of the messages after it ([`PiContext`]), or without an
     /// anchor the estimates of the system prompt, the tool declarations and every message.
     /// Only the messages appended since the last call are read ([`Seen::pi`]); the tool
-    /// declarations' part is kept per [`Run::specs_generation`].
+    /// declarations' part is kept per [`Run::specs_generation`]. With an anchor, the system
+    /// messages the session stored after it count too (Pi 1.6's agent context holds them:
+    /// the full prompt a run stores on a resumed file that had none, or a configuration's
+    /// patch), as [`super::SystemMessages::tokens_after`] estimates them.
     fn pi_context_tokens(&mut self) -> u64 {
         let mut pi = self.seen.pi;
         if pi.scanned > self.messages.len() {
@@ -836,8 +839,14 @@ impl Run<'_> {
         }
         pi.advance(&self.messages);
         self.seen.pi = pi;
-        if let Some((_, total)) = pi.anchor {
-            return total + pi.tail;
+        if let Some((at, total)) = pi.anchor {
+            let after = self.messages.len().saturating_sub(at + 1);
+            let stored = self
+                .cfg
+                .system_messages
+                .as_ref()
+                .map_or(0, |s| s.tokens_after(after));
+            return total + pi.tail + stored;
         }
         let tools = match self.seen.pi_tools {
             Some((generation, tokens)) if generation == self.specs_generation => tokens,

@@ -1148,6 +1148,39 @@ impl crate::agent::SystemMessages for StoredSystemMessages {
             .filter(|p| p.len() == system_prompt.len())
             .map(str::to_string)
     }
+
+    /// Walks back from the leaf over the last `after` context messages (a compaction ends
+    /// the walk), adding [`crate::compaction::pi_system_message_tokens`] of each stored
+    /// system message met before the message they follow.
+    fn tokens_after(&self, after: usize) -> u64 {
+        let Ok(w) = crate::session::lock_writer(&self.writer) else {
+            return 0;
+        };
+        let Some(leaf) = w.leaf() else {
+            return 0;
+        };
+        let mut seen = 0;
+        let mut tokens = 0;
+        for e in w.tree().ancestors(leaf) {
+            if crate::session::is_system(e) {
+                tokens += crate::compaction::pi_system_message_tokens(&e.raw()["message"]);
+                continue;
+            }
+            let message = match e.kind.as_str() {
+                "message" => true,
+                "compaction" => break,
+                "custom_message" | "branch_summary" => e.is_visible(),
+                _ => false,
+            };
+            if message {
+                if seen == after {
+                    break;
+                }
+                seen += 1;
+            }
+        }
+        tokens
+    }
 }
 
 /// The built-in extensions `ws`'s settings enable (`builtinExtensions`; the project's only
