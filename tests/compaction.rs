@@ -457,7 +457,8 @@ async fn overflow_compacts_once_and_retries_the_turn() {
         reserve_tokens: 500,
         keep_recent_tokens: 10,
     };
-    let s = setup(&dir, &mock, 4_000, settings, "sys".into());
+    // A window that leaves an answer its floor (Pi 1.6's clamp keeps 4,096 of it free).
+    let s = setup(&dir, &mock, 9_000, settings, "sys".into());
     let long = |w: &str| format!("{w} ").repeat(400);
     s.agent
         .prompt(vec![Message::user_text(long("one"))])
@@ -538,7 +539,7 @@ async fn overflow_compacts_once_and_retries_the_turn() {
     );
 }
 
-/// CMP-04: window 18,000, system prompt 12,000 tokens, threshold 65 % (reserve 6,300), a
+/// CMP-04: window 24,000, system prompt 12,000 tokens, threshold 11,700 (reserve 12,300), a
 /// summariser that answers twice as much as it is given; five prompts. The system prompt alone
 /// is over the threshold, so every compaction fails with the clear error (in `compaction_end`),
 /// at most one is tried per user turn and nothing is written; the context as it is still fits
@@ -556,11 +557,13 @@ async fn cmp04_no_compaction_loop_when_the_system_prompt_does_not_fit() {
     }));
     let settings = CompactionSettings {
         enabled: true,
-        reserve_tokens: 6_300,
+        reserve_tokens: 12_300,
         keep_recent_tokens: 200,
     };
     let system = "Follow the house rules. ".repeat(2_000); // 48,000 chars ≈ 12,000 tokens
-    let s = setup(&dir, &mock, 18_000, settings, system);
+                                                           // Room for the answers' floor after Pi 1.6's estimate (the provider's usage of the prompt
+                                                           // and the tools) and its margin.
+    let s = setup(&dir, &mock, 24_000, settings, system);
     for i in 0..5 {
         s.agent
             .prompt(vec![Message::user_text(format!("turn {i}"))])
@@ -617,10 +620,12 @@ async fn cmp04_summaries_are_bounded_and_compaction_runs_at_most_once_per_turn()
     }));
     let settings = CompactionSettings {
         enabled: true,
-        reserve_tokens: 2_000,
+        reserve_tokens: 6_000,
         keep_recent_tokens: 500,
     };
-    let s = setup(&dir, &mock, 6_000, settings, "sys".into());
+    // Threshold 4,000 as on a 6,000 window with 2,000 reserved, with room for the answers'
+    // floor after Pi 1.6's margin of 4,096.
+    let s = setup(&dir, &mock, 10_000, settings, "sys".into());
     // Compactions per prompt: before it, between its turns and after its run (Pi 1.6's
     // three places), counted from one prompt's send to its run's settling.
     let mut per_prompt = Vec::new();
@@ -637,7 +642,7 @@ async fn cmp04_summaries_are_bounded_and_compaction_runs_at_most_once_per_turn()
     // Pi 1.6's limit: its summaries ask the model's `maxTokens`, 4,096 here, clamped to the
     // window's room by pi-ai's `clampMaxTokensToContext`.
     for r in mock.requests().iter().filter(|r| is_summary(&r.body)) {
-        let limit = pi16_summary_limit(6_000, 4_096, &r.body);
+        let limit = pi16_summary_limit(10_000, 4_096, &r.body);
         assert_eq!(r.body["max_completion_tokens"], limit);
     }
     // The mock ignores that limit (1 token here: the summarised conversation fills the
@@ -729,7 +734,8 @@ async fn a_summary_stopped_by_length_fails_the_compaction_and_writes_nothing() {
         "Summarization failed: generation hit the token cap and the summary is incomplete"
     );
     assert!(!entries(&s.path).iter().any(|e| e["type"] == "compaction"));
-    // The history and the turn-prefix requests, each once.
+    // The history request only: the summaries are asked one after the other (Pi 1.6's
+    // `compact`), and the failed first one ends the compaction before the turn prefix's.
     let asked = mock
         .requests()
         .iter()
@@ -1183,7 +1189,8 @@ async fn a_failed_overflow_compaction_leaves_the_response_out_of_the_live_contex
         reserve_tokens: 500,
         keep_recent_tokens: 10,
     };
-    let s = setup(&dir, &mock, 4_000, settings, "sys".into());
+    // A window that leaves an answer its floor (Pi 1.6's clamp keeps 4,096 of it free).
+    let s = setup(&dir, &mock, 9_000, settings, "sys".into());
     let prompt = Message::user_text("hi");
     s.agent.prompt(vec![prompt.clone()]).unwrap();
     idle(&s.agent).await;

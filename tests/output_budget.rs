@@ -187,3 +187,60 @@ async fn every_request_s_output_limit_is_pi_1_6_s_clamp_also_after_a_hook_change
     want.extend(vec![LONGER.repeat(40); 3]);
     assert_eq!(firsts, want);
 }
+
+/// Issue 29 (d): the window guard reads the clamp's own estimate, so it refuses exactly the
+/// requests the clamp would send with less than [`pi_core::agent::MIN_OUTPUT_TOKENS`]: on a
+/// 9,000-token window, a conversation whose last answer reports 3,878 tokens and a prompt of
+/// 2 more leaves 9,000 − 3,880 − 4,096 = 1,024 and is sent asking exactly that; one more
+/// token of usage leaves 1,023 and no request is sent, the run failing with the figures.
+/// (Pi 1.6 would send the second with 1; refusing it is pi-lsp's choice, in the changelog.)
+#[tokio::test]
+async fn the_window_guard_refuses_exactly_below_the_floor_the_clamp_would_give() {
+    for (usage, sent) in [(3_878u64, Some(1_024u64)), (3_879, None)] {
+        let mock = MockModel::start(vec![Step::text("fine")]).await;
+        let model = mock.completions_model(WINDOW, MAX_TOKENS);
+        let mut cfg = AgentConfig::new(model, SYSTEM_PROMPT.into(), Vec::new());
+        cfg.retry.enabled = false;
+        let before: Message = serde_json::from_value(json!({
+            "role": "assistant",
+            "content": [{"type": "text", "text": "earlier answer"}],
+            "api": "openai-completions", "provider": "mock", "model": "mock-1",
+            "usage": {"input": usage - 10, "output": 10, "cacheRead": 0, "cacheWrite": 0,
+                      "totalTokens": usage,
+                      "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+            "stopReason": "stop",
+            "timestamp": 2
+        }))
+        .unwrap();
+        let mut question = Message::user_text("earlier question");
+        if let Message::User(u) = &mut question {
+            u.timestamp = 1;
+        }
+        let history = vec![question, before];
+        let agent = Agent::new(cfg, history);
+        // "next": ceil(4 / 3.5) = 2 tokens after the anchor.
+        agent.prompt(vec![Message::user_text("next")]).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), agent.wait_for_idle())
+            .await
+            .expect("the agent did not become idle");
+        let limits: Vec<u64> = mock
+            .requests()
+            .iter()
+            .map(|r| r.body["max_completion_tokens"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            limits,
+            sent.into_iter().collect::<Vec<_>>(),
+            "usage {usage}"
+        );
+        assert_eq!(pi_clamp(WINDOW, usage + 2), sent.unwrap_or(1_023));
+        let error = agent.last_outcome().unwrap().error_message;
+        match sent {
+            Some(_) => assert_eq!(error, None),
+            None => assert_eq!(
+                error.as_deref(),
+                Some(format!("The context (estimated at {} tokens) leaves room for 1023 output tokens in the model's 9000-token window after the safety margin, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.", usage + 2).as_str())
+            ),
+        }
+    }
+}

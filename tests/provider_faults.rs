@@ -393,7 +393,8 @@ async fn tool_only_summaries_are_retried_once_then_fail_keeping_the_context() {
             reserve_tokens: 500,
             keep_recent_tokens: 10,
         };
-        let s = setup(dir, &mock, 4_000, Vec::new(), Some(settings));
+        // A window that leaves the answers their floor (Pi's clamp keeps 4,096 of it free).
+        let s = setup(dir, &mock, 9_000, Vec::new(), Some(settings));
         let long = |w: &str| format!("{w} ").repeat(300);
         s.agent.prompt(vec![Message::user_text(long("one"))]).unwrap();
         idle(&s.agent).await;
@@ -432,19 +433,19 @@ async fn output_is_clamped_to_the_room_the_window_leaves() {
     let dir = guard.path();
     let mock = MockModel::start(vec![Step::text("short answer")]).await;
     let s = setup(dir, &mock, 6_000, Vec::new(), None);
-    let prompt = "word ".repeat(2_400); // 3,000 tokens by Pi's chars / 4 estimate
+    let prompt = "word ".repeat(400);
     s.agent
         .prompt(vec![Message::user_text(prompt.clone())])
         .unwrap();
     idle(&s.agent).await;
     let sent = mock.requests()[0].body.clone();
-    // Pi 1.6's `clampMaxTokensToContext`: input ceil(3 / 3.5) + ceil(12,000 / 3.5) = 3,430
-    // tokens; 6,000 − 3,430 − its 4,096 margin leaves nothing, so it asks for 1 (as Pi does).
+    // Pi 1.6's `clampMaxTokensToContext`: input ceil(3 / 3.5) + ceil(2,000 / 3.5) = 573
+    // tokens; 6,000 − 573 − its 4,096 margin leaves 1,331, below the model's 4,096.
     let input = 1 + (prompt.len() * 2).div_ceil(7);
-    assert_eq!(input, 1 + 3_429);
+    assert_eq!(input, 1 + 572);
     assert_eq!(
         sent["max_completion_tokens"],
-        json!(1),
+        json!(1_331),
         "model maxTokens 4,096, window 6,000, input {input}"
     );
     // A window the input nearly fills: no request, a clear error.
@@ -458,11 +459,12 @@ async fn output_is_clamped_to_the_room_the_window_leaves() {
         .unwrap();
     idle(&s.agent).await;
     assert_eq!(mock.requests().len(), 0);
-    let estimate =
-        pi_core::compaction::request_tokens("sys", &[], &[Message::user_text(prompt)], 0);
+    // The clamp's own estimate (pi-ai 1.6's `estimateContextTokens`): ceil(3 / 3.5) +
+    // ceil(12,000 / 3.5); the room it leaves is 1.
+    let estimate = 1 + (prompt.len() * 2).div_ceil(7);
     assert_eq!(
         s.agent.last_outcome().unwrap().error_message.as_deref(),
-        Some(format!("The context ({estimate} tokens) leaves {} of the model's 4000-token window for the answer, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.", 4_000 - estimate).as_str())
+        Some(format!("The context (estimated at {estimate} tokens) leaves room for 1 output tokens in the model's 4000-token window after the safety margin, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.").as_str())
     );
 }
 
@@ -930,7 +932,7 @@ async fn usage_from_before_a_context_edit_does_not_trigger_the_threshold() {
         serde_json::from_value(
             json!({"role":"assistant","content":[{"type":"text","text":"hi"}],
             "api":"openai-completions","provider":"mock","model":"mock-1",
-            "usage":{"input":9000,"output":10,"cacheRead":0,"cacheWrite":0,"totalTokens":9010,
+            "usage":{"input":10500,"output":10,"cacheRead":0,"cacheWrite":0,"totalTokens":10510,
                 "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
             "stopReason":"stop","timestamp":1}),
         )
@@ -961,9 +963,9 @@ async fn usage_from_before_a_context_edit_does_not_trigger_the_threshold() {
             answered,
         ));
     }
-    // 9,010 + a few tokens is above 10,000 − 2,000, and leaves no room for an answer: the
-    // prompt is refused with the figures (the file holds none of this history, so there is
-    // nothing to compact and, as Pi 1.6, no compaction is told); "hello", "hi" and "one more"
+    // 10,510 + a few tokens is above 10,000 − 2,000 and the window itself: the prompt is
+    // refused with the figures (the file holds none of this history, so there is nothing to
+    // compact and, as Pi 1.6, no compaction is told); "hello", "hi" and "one more"
     // by characters / 4 (with the prompt "sys") are far below it: answered.
     assert_eq!(seen, vec![(0, 0, false), (2, 0, true)]);
 }

@@ -431,9 +431,6 @@ struct Run<'a> {
 /// round then counts and compares its new messages, not the whole history again.
 #[derive(Debug, Default, Clone, Copy)]
 struct Seen {
-    /// `(n, tokens)`: the character estimate ([`crate::compaction::estimate_tokens`]) of
-    /// the first `n` messages, summed.
-    estimated: (usize, u64),
     /// How many leading messages are, unchanged, those this run's earlier requests were
     /// given ([`StreamOptions::history_kept`]; 0: none or not known).
     sent: usize,
@@ -794,36 +791,6 @@ impl Run<'_> {
         )
     }
 
-    /// Tokens of the next request as the output budget counts them: the larger of the
-    /// usage-anchored figure ([`Self::request_tokens`]) and Pi's character estimate of
-    /// everything sent (`ceil(chars / 4)` of the system prompt, the tool specs and every
-    /// message), so input + requested output stays inside the window however the last usage
-    /// reads (a provider that reports less than it counts, usage from before an edit). The
-    /// messages' estimates are summed once: a later call adds those appended since
-    /// ([`Seen::estimated`]), the same sum as counting them all again.
-    fn budget_tokens(&mut self) -> u64 {
-        let (counted, mut tokens) = self.seen.estimated;
-        let (counted, tokens) = match self.messages.get(counted..) {
-            Some(new) => {
-                tokens += new
-                    .iter()
-                    .map(crate::compaction::estimate_tokens)
-                    .sum::<u64>();
-                (self.messages.len(), tokens)
-            }
-            None => (
-                self.messages.len(),
-                self.messages
-                    .iter()
-                    .map(crate::compaction::estimate_tokens)
-                    .sum(),
-            ),
-        };
-        self.seen.estimated = (counted, tokens);
-        let fixed = (self.cfg.system_prompt.chars().count() as u64 + self.specs_chars).div_ceil(4);
-        self.request_tokens().max(fixed + tokens)
-    }
-
     /// pi-ai 1.6's `estimateContextTokens` of the next request's context: the usage total of
     /// its anchor plus the estimates of the messages after it ([`PiContext`]), or without an
     /// anchor the estimates of the system prompt, the tool declarations and every message.
@@ -859,21 +826,28 @@ impl Run<'_> {
         pi_tokens(js_len(&self.cfg.system_prompt)) + tools + pi.tail
     }
 
-    /// What the context window leaves for the answer of the next request, in tokens (`None`
-    /// when the window is unknown).
-    fn output_room(&mut self) -> Option<u64> {
+    /// Pi 1.6's output limit of the next request ([`pi_output_limit`] of
+    /// [`Self::pi_context_tokens`]: what `clampMaxTokensToContext` leaves below the window),
+    /// with the input it counted, in tokens (`None` when the window is unknown). The request's
+    /// clamp and the window guard ([`Self::ensure_output_room`]) both read this.
+    fn output_room(&mut self) -> Option<(u64, u64)> {
         let window = self.cfg.model.context_window;
-        (window > 0).then(|| window.saturating_sub(self.budget_tokens()))
+        (window > 0).then(|| {
+            let input = self.pi_context_tokens();
+            (pi_output_limit(window, input), input)
+        })
     }
 
     /// Case 18.10: a request asks for at most the room its context leaves
-    /// ([`StreamOptions::output_room`]); when that is below [`MIN_OUTPUT_TOKENS`] (or the
-    /// model's own smaller limit) the context is compacted first (once per user turn), and if
-    /// the room is still too small the turn fails with the figures instead of sending a request
-    /// that cannot fit.
+    /// ([`Self::output_room`], Pi 1.6's clamp); when that is below [`MIN_OUTPUT_TOKENS`] (or
+    /// the model's own smaller limit) the context is compacted first (once per user turn), and
+    /// if the room is still too small the turn fails with the figures instead of sending a
+    /// request that cannot fit. The guard reads the clamp's own estimate, so it refuses
+    /// exactly the requests the clamp would send with less than the floor. (Pi 1.6 sends
+    /// those with `max_tokens` 1; refusing them is a deliberate difference.)
     async fn ensure_output_room(&mut self) -> Result<(), String> {
         let floor = MIN_OUTPUT_TOKENS.min(self.cfg.model.default_max_tokens());
-        let Some(room) = self.output_room() else {
+        let Some((room, _)) = self.output_room() else {
             return Ok(());
         };
         if room >= floor {
@@ -891,15 +865,14 @@ impl Run<'_> {
             {
                 return Ok(());
             }
-            if self.output_room().is_some_and(|r| r >= floor) {
+            if self.output_room().is_some_and(|(r, _)| r >= floor) {
                 return Ok(());
             }
         }
-        let tokens = self.budget_tokens();
+        let (room, tokens) = self.output_room().unwrap_or((0, 0));
         let window = self.cfg.model.context_window;
         Err(format!(
-            "The context ({tokens} tokens) leaves {} of the model's {window}-token window for the answer, less than the {floor} tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.",
-            window.saturating_sub(tokens)
+            "The context (estimated at {tokens} tokens) leaves room for {room} output tokens in the model's {window}-token window after the safety margin, less than the {floor} tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window."
         ))
     }
 
