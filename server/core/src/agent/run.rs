@@ -704,7 +704,7 @@ impl Run<'_> {
             &self.messages,
             reason,
             &self.cfg.retry,
-            &*self.sink,
+            self.sink,
             &self.control.cancel,
         )
         .await;

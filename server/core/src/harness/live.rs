@@ -995,20 +995,6 @@ fn custom_parts(m: &CustomMessage) -> Result<(EntryData, Message), Error> {
     Ok((entry, message))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_lines_are_split_off() {
-        assert_eq!(
-            split_status("a\n\nb\n\nCommand exited with code 3"),
-            ("a\n\nb".into(), Some("Command exited with code 3".into()))
-        );
-        assert_eq!(split_status("x\n\ny"), ("x\n\ny".into(), None));
-    }
-}
-
 /// A branch summary's retries told to the session's listeners as Pi 1.6 tells them
 /// (`summarization_retry_*`, `source: "branchSummary"`).
 struct BranchRetryEvents<'a>(&'a crate::agent::Agent);
@@ -1039,5 +1025,19 @@ impl crate::compaction::SummaryRetryListener for BranchRetryEvents<'_> {
         self.0
             .tell(crate::agent::AgentEvent::SummarizationRetryFinished)
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lines_are_split_off() {
+        assert_eq!(
+            split_status("a\n\nb\n\nCommand exited with code 3"),
+            ("a\n\nb".into(), Some("Command exited with code 3".into()))
+        );
+        assert_eq!(split_status("x\n\ny"), ("x\n\ny".into(), None));
     }
 }
