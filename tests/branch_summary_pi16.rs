@@ -606,3 +606,95 @@ async fn navigate_options_and_the_reserve_setting_are_pi_1_6_s() {
     assert_eq!(state["leafId"], last(&our_file));
     assert_eq!(json_lines(&pi_file).last().unwrap()["type"], "label");
 }
+
+/// The `summarization_retry_*` events among `values`, whole.
+fn retry_events(values: &[Value]) -> Vec<Value> {
+    values
+        .iter()
+        .filter(|v| {
+            v["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("summarization_retry"))
+        })
+        .cloned()
+        .collect()
+}
+
+/// [`mock`] whose first summary request is answered with a 500, every later one [`SUMMARY`].
+async fn mock_failing_once() -> MockModel {
+    let mock = mock().await;
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    mock.set_responder(Arc::new(move |body: &Value| {
+        is_summary(body).then(|| {
+            if failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                Step::text(SUMMARY)
+            } else {
+                Step::Raw {
+                    status: 500,
+                    content_type: "application/json".into(),
+                    body: json!({"error": {"message": "summary boom once"}}).to_string(),
+                }
+            }
+        })
+    }));
+    mock
+}
+
+/// Issue 29 (b): a branch summary request that fails with a transient error (a 500) is retried
+/// as Pi 1.6's `completeSummarization` retries it (`settings.retry`, its defaults on both
+/// sides: 3 retries, 2 s first): the same events as Pi's — `summarization_retry_scheduled
+/// {attempt: 1, maxAttempts: 3, delayMs: 2000, errorMessage}`,
+/// `summarization_retry_attempt_start {source: "branchSummary"}`,
+/// `summarization_retry_finished` — and the summary is written (two summary requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_summary_failing_once_is_retried_as_pi_1_6_retries_it() {
+    let Some(pi) = pi_e2e::pi16_bin("Pi 1.6.0 branch summary comparison") else {
+        return;
+    };
+    let tmp = TempDir::new("branch-summary-retry");
+    let pi_mock = mock_failing_once().await;
+    let pi_dir = tmp.path().join("pi");
+    let theirs = tokio::task::block_in_place(|| {
+        let mut p = Pi::start(&pi, &pi_dir, &pi_mock);
+        for text in PROMPTS {
+            p.prompt(text);
+        }
+        let file = p.file();
+        let outcome = p.navigate(&targets(&file)[2], None);
+        assert!(outcome.get("ok").is_some(), "{outcome}");
+        let seen = p
+            .rpc
+            .read_until(|v| v["type"] == "summarization_retry_finished");
+        p.stop();
+        retry_events(&seen)
+    });
+    let our_mock = mock_failing_once().await;
+    let mut ours = Ours::start(&tmp.path().join("ours"), &our_mock).await;
+    let t = targets(&ours.file);
+    ours.navigate(&t[2], None).await.unwrap();
+    let events: Vec<Value> = ours
+        .c
+        .log()
+        .into_iter()
+        .filter(|m| m["method"] == "agent/event")
+        .map(|m| m["params"]["event"].clone())
+        .collect();
+    let file = ours.file.clone();
+    ours.c.shutdown().await;
+    let ours = retry_events(&events);
+    assert_eq!(ours, theirs);
+    assert_eq!(
+        ours,
+        vec![
+            json!({"type": "summarization_retry_scheduled", "attempt": 1, "maxAttempts": 3,
+                   "delayMs": 2000, "errorMessage": theirs[0]["errorMessage"]}),
+            json!({"type": "summarization_retry_attempt_start", "source": "branchSummary"}),
+            json!({"type": "summarization_retry_finished"}),
+        ]
+    );
+    assert_eq!(summaries(&our_mock).len(), 2);
+    assert_eq!(summaries(&pi_mock).len(), 2);
+    assert!(json_lines(&file)
+        .iter()
+        .any(|e| e["type"] == "branch_summary"));
+}

@@ -894,7 +894,7 @@ impl AgentSession {
             };
             // Pi 1.6 retries the summary request with `settings.retry` and tells it
             // (`summarization_retry_*` with `source: "branchSummary"`).
-            let agent = self.agent();
+            let agent = self.agent_handle();
             let retry = agent.with_config(|c| c.retry.clone());
             let events = BranchRetryEvents(agent);
             let retry = crate::compaction::SummaryRetry {
