@@ -38,7 +38,9 @@ mod tests {
         StopReason, TextContent, ThinkingContent, ToolCall, ToolResultMessage, Usage, UserContent,
         UserMessage,
     };
-    use pi_core::agent::{AgentEvent, CompactionReason, Delivery, ReplacedImage, ToolOutput};
+    use pi_core::agent::{
+        AgentEvent, CompactionReason, Delivery, ReplacedImage, SummarySource, ToolOutput,
+    };
     use pi_core::approval::{ApprovalPolicy, Rule};
     use pi_core::compaction::CompactionResult;
     use pi_core::harness::queue::{QueueState, StoppedProcess};
@@ -76,6 +78,7 @@ mod tests {
             ReplacedImage,
             CompactionReason,
             CompactionResult,
+            SummarySource,
             AgentEvent,
             Delivery,
             QueueState,
