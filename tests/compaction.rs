@@ -274,6 +274,116 @@ async fn ctx03_threshold_is_checked_before_every_request_mid_turn() {
     drop(s.writer);
 }
 
+/// CTX-03 with a steering message sent while the compaction between two turns runs (its
+/// summary request held until the message is queued): as Pi 1.6's loop picks up steering
+/// queued during the next turn's preparation, the request right after the compaction carries
+/// it, and it is delivered once.
+#[tokio::test]
+async fn a_steer_sent_during_the_compaction_between_turns_goes_with_the_next_request() {
+    let dir = tmp("ctx03-steer");
+    for i in 1..=6 {
+        big_file(&dir, &format!("f{i}.rs"), 4_000);
+    }
+    let mut script: Vec<Step> = (1..=6)
+        .map(|i| {
+            Step::call(
+                &format!("call_{i}"),
+                "read",
+                json!({"path": format!("f{i}.rs")}),
+            )
+        })
+        .collect();
+    script.push(Step::text("done reading"));
+    script.push(Step::text("steered answer"));
+    let mock = fast_mock(script).await;
+    mock.set_usage_from_body(true);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let held = gate.clone();
+    mock.set_responder(Arc::new(move |body: &Value| {
+        is_summary(body).then(|| {
+            Step::Gate(
+                held.clone(),
+                Box::new(Step::text("## Goal\nRead six files.")),
+            )
+        })
+    }));
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: 8_192,
+        keep_recent_tokens: 20_000,
+    };
+    let s = setup(
+        &dir,
+        &mock,
+        32_768,
+        settings,
+        "You are a coding agent.".into(),
+    );
+    s.agent
+        .prompt(vec![Message::user_text("read f1.rs … f6.rs one by one")])
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !s
+        .sink
+        .types()
+        .iter()
+        .any(|t| t == "compaction_start:threshold")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compaction started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    s.agent.enqueue(
+        Message::user_text("STEER: also count the lines"),
+        Delivery::Steer,
+    );
+    gate.notify_one();
+    idle(&s.agent).await;
+    mock.assert_paired();
+
+    let bodies: Vec<Value> = mock.requests().into_iter().map(|r| r.body).collect();
+    let summary = bodies
+        .iter()
+        .position(is_summary)
+        .expect("a summary request");
+    let next = &bodies[summary + 1];
+    let last_user = next["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .unwrap();
+    assert_eq!(
+        last_user["content"],
+        json!([{"type": "text", "text": "STEER: also count the lines"}]),
+        "the request after the compaction carries the steer"
+    );
+    let with_steer = bodies
+        .iter()
+        .filter(|b| !is_summary(b) && b.to_string().contains("STEER: also count the lines"))
+        .count();
+    let after = bodies.len() - summary - 1;
+    assert_eq!(with_steer, after, "every request after it carries it once");
+    let types = s.sink.types();
+    let c = types
+        .iter()
+        .position(|t| t == "compaction_start:threshold")
+        .unwrap();
+    assert_eq!(
+        types[c + 1..c + 5],
+        [
+            "compaction_end",
+            "turn_start",
+            "message_start",
+            "message_end:user"
+        ]
+    );
+    drop(s.writer);
+}
+
 /// CTX-03 / CMP-02 with the default settings on a 32,768-token model: the threshold (16,384)
 /// is below `keepRecentTokens` (20,000), so keeping 20,000 raw would keep the whole turn and
 /// summarise nothing. The kept tail shrinks to half the room under the threshold, the cut falls

@@ -48,7 +48,7 @@ impl AgentHooks for Expect {
         self.limits
             .lock()
             .unwrap()
-            .push(MAX_TOKENS.min(pi_clamp(WINDOW, input)));
+            .push(MAX_TOKENS.min(limit(WINDOW, input)));
     }
 }
 
@@ -114,6 +114,17 @@ fn pi_estimate(system: &str, specs: &[ToolSpec], messages: &[Message]) -> u64 {
     }
 }
 
+/// pi-lsp's output limit: [`pi_clamp`] while it is at least the floor of 1,024; below it
+/// 1,024 while the window holds them beside the input (Pi 1.6 asks what its margin leaves).
+fn limit(window: u64, input: u64) -> u64 {
+    let clamp = pi_clamp(window, input);
+    if clamp >= 1_024 || window.saturating_sub(input) < 1_024 {
+        clamp
+    } else {
+        1_024
+    }
+}
+
 /// pi-ai 1.6's `clampMaxTokensToContext` room, written from `simple-options.js`.
 fn pi_clamp(window: u64, input: u64) -> u64 {
     let (window, input) = (window as f64, input as f64);
@@ -126,7 +137,8 @@ fn pi_clamp(window: u64, input: u64) -> u64 {
 }
 
 #[tokio::test]
-async fn every_request_s_output_limit_is_pi_1_6_s_clamp_also_after_a_hook_changed_it() {
+async fn every_request_s_output_limit_is_pi_1_6_s_clamp_or_the_floor_also_after_a_hook_changed_it()
+{
     let dir = TempDir::new("output-budget");
     // About 1,000 tokens a read: from the fifth request on, the window leaves less than the
     // model's 4,096 for the answer.
@@ -166,9 +178,10 @@ async fn every_request_s_output_limit_is_pi_1_6_s_clamp_also_after_a_hook_change
     assert_eq!(sent, expected);
     // The budget did bind (the check above would hold with any count while every request
     // asked for the model's 4,096), and the hook's newer prompt put aside the usage of the
-    // answers before it: request 4 estimates its whole context, which leaves 1 token.
+    // answers before it: request 4 estimates its whole context, which leaves Pi's clamp 1
+    // token and the window room for the floor: it asks 1,024.
     assert!(expected.iter().all(|l| *l < MAX_TOKENS), "{expected:?}");
-    assert_eq!(expected[4], 1, "{expected:?}");
+    assert_eq!(expected[4], 1_024, "{expected:?}");
     // Every request carries the context as it was then: the prompt as typed before request 4,
     // the changed one from there on (the request cache did not take the old one as sent).
     let firsts: Vec<String> = requests
@@ -188,15 +201,22 @@ async fn every_request_s_output_limit_is_pi_1_6_s_clamp_also_after_a_hook_change
     assert_eq!(firsts, want);
 }
 
-/// Issue 29 (d): the window guard reads the clamp's own estimate, so it refuses exactly the
-/// requests the clamp would send with less than [`pi_core::agent::MIN_OUTPUT_TOKENS`]: on a
-/// 9,000-token window, a conversation whose last answer reports 3,878 tokens and a prompt of
-/// 2 more leaves 9,000 − 3,880 − 4,096 = 1,024 and is sent asking exactly that; one more
-/// token of usage leaves 1,023 and no request is sent, the run failing with the figures.
-/// (Pi 1.6 would send the second with 1; refusing it is pi-lsp's choice, in the changelog.)
+/// Issue 29 (d): the output limit and the window guard read one estimate. On a 9,000-token
+/// window, with a last answer reporting `usage` tokens and a prompt of 2 more: Pi 1.6's clamp
+/// (9,000 − input − 4,096) while it is at least the floor of 1,024 (3,878: exactly 1,024);
+/// below it the floor as long as the window holds it beside the input (3,879, where Pi asks
+/// 1,023; 5,000, where Pi asks 1; 7,974: 9,000 − 7,976 = 1,024 left); no request once not
+/// even the floor fits (7,975), the run failing with the figures. (Pi 1.6 sends the last
+/// with 1; refusing it is pi-lsp's choice, in the changelog.)
 #[tokio::test]
-async fn the_window_guard_refuses_exactly_below_the_floor_the_clamp_would_give() {
-    for (usage, sent) in [(3_878u64, Some(1_024u64)), (3_879, None)] {
+async fn the_window_guard_refuses_exactly_when_the_floor_does_not_fit() {
+    for (usage, sent, pi) in [
+        (3_878u64, Some(1_024u64), 1_024),
+        (3_879, Some(1_024), 1_023),
+        (5_000, Some(1_024), 1),
+        (7_974, Some(1_024), 1),
+        (7_975, None, 1),
+    ] {
         let mock = MockModel::start(vec![Step::text("fine")]).await;
         let model = mock.completions_model(WINDOW, MAX_TOKENS);
         let mut cfg = AgentConfig::new(model, SYSTEM_PROMPT.into(), Vec::new());
@@ -233,13 +253,17 @@ async fn the_window_guard_refuses_exactly_below_the_floor_the_clamp_would_give()
             sent.into_iter().collect::<Vec<_>>(),
             "usage {usage}"
         );
-        assert_eq!(pi_clamp(WINDOW, usage + 2), sent.unwrap_or(1_023));
+        assert_eq!(
+            pi_clamp(WINDOW, usage + 2),
+            pi,
+            "usage {usage}: Pi 1.6's limit"
+        );
         let error = agent.last_outcome().unwrap().error_message;
         match sent {
             Some(_) => assert_eq!(error, None),
             None => assert_eq!(
                 error.as_deref(),
-                Some(format!("The context (estimated at {} tokens) leaves room for 1023 output tokens in the model's 9000-token window after the safety margin, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.", usage + 2).as_str())
+                Some(format!("The context (estimated at {} tokens) leaves room for 1023 output tokens in the model's 9000-token window, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.", usage + 2).as_str())
             ),
         }
     }

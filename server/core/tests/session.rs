@@ -501,16 +501,28 @@ async fn compaction_reports_estimated_tokens_after_and_writes_usage() {
     s.prompt("hello", Vec::new(), None, None).await.unwrap();
     s.wait_for_idle().await;
     let result = s.compact(None).await.unwrap();
-    let after: u64 = s
-        .messages()
-        .iter()
-        .map(pi_core::compaction::estimate_tokens)
-        .sum();
-    assert!(after > 0);
-    assert_eq!(result.estimated_tokens_after, Some(after));
-    assert_eq!(result.usage, Some(pi_ai::Usage::default()));
     let text = std::fs::read_to_string(s.file()).unwrap();
     let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    // Pi 1.6's `estimateMessagesTokens` of the context after it: the stored prompt/tool
+    // checkpoint, the summary's text, the kept messages.
+    let messages = s.messages();
+    assert!(
+        matches!(&messages[0], pi_ai::Message::User(_)),
+        "the summary first"
+    );
+    let checkpoint = pi_core::compaction::pi_estimate_tokens(&last["systemMessage"]);
+    let summary = (result.summary.encode_utf16().count() as u64).div_ceil(4);
+    let kept: u64 = messages
+        .iter()
+        .skip(1)
+        .map(pi_core::compaction::estimate_tokens)
+        .sum();
+    assert!(checkpoint > 0 && summary > 0 && kept > 0);
+    assert_eq!(
+        result.estimated_tokens_after,
+        Some(checkpoint + summary + kept)
+    );
+    assert_eq!(result.usage, Some(pi_ai::Usage::default()));
     let keys: Vec<&str> = last
         .as_object()
         .unwrap()

@@ -573,6 +573,8 @@ pub enum AgentEvent {
     /// `errorMessage` when it failed (nothing was written).
     CompactionEnd {
         reason: CompactionReason,
+        /// Left out when none, as Pi 1.6 leaves out an `undefined` result.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         result: Option<CompactionResult>,
         aborted: bool,
         will_retry: bool,

@@ -427,6 +427,20 @@ struct Run<'a> {
     seen: Seen,
 }
 
+/// The next request's output limit and the figures behind it ([`Run::output_room`]), in
+/// tokens.
+#[derive(Debug, Clone, Copy)]
+struct OutputRoom {
+    /// What the request asks for at most.
+    limit: u64,
+    /// The input as Pi 1.6's clamp estimates it.
+    input: u64,
+    /// The window less the input: what an answer can take at all.
+    fits: u64,
+    /// The least a response needs ([`MIN_OUTPUT_TOKENS`], or the model's smaller limit).
+    floor: u64,
+}
+
 /// What a run counted of its context and still holds while the context only grows: a tool
 /// round then counts and compares its new messages, not the whole history again.
 #[derive(Debug, Default, Clone, Copy)]
@@ -525,8 +539,7 @@ impl Run<'_> {
         }
         // Pi 1.6's `clampMaxTokensToContext`: at most what its estimate of the input leaves
         // below the window with its margin ([`pi_output_limit`]).
-        let window = self.cfg.model.context_window;
-        let output_room = (window > 0).then(|| pi_output_limit(window, self.pi_context_tokens()));
+        let output_room = self.output_room().map(|r| r.limit);
         // Pi 1.6: a model that takes system messages mid-conversation gets the stored prompt
         // patches at their place, after the prompt the conversation started with.
         let layout = match &self.cfg.system_messages {
@@ -826,31 +839,48 @@ impl Run<'_> {
         pi_tokens(js_len(&self.cfg.system_prompt)) + tools + pi.tail
     }
 
-    /// Pi 1.6's output limit of the next request ([`pi_output_limit`] of
-    /// [`Self::pi_context_tokens`]: what `clampMaxTokensToContext` leaves below the window),
-    /// with the input it counted, in tokens (`None` when the window is unknown). The request's
-    /// clamp and the window guard ([`Self::ensure_output_room`]) both read this.
-    fn output_room(&mut self) -> Option<(u64, u64)> {
+    /// The output limit of the next request and what the window guard reads, in tokens
+    /// (`None` when the window is unknown), from one estimate of the input
+    /// ([`Self::pi_context_tokens`]). The limit is Pi 1.6's (`clampMaxTokensToContext`,
+    /// [`pi_output_limit`]: what the input leaves below the window after a margin of at least
+    /// 4,096) while that is at least the floor ([`MIN_OUTPUT_TOKENS`], or the model's smaller
+    /// limit); below it, the floor when the window still holds it beside the input (Pi 1.6
+    /// asks for what is left after its margin, down to 1 token: no usable answer on a window
+    /// of 8,000 once 3,000 are used). The guard ([`Self::ensure_output_room`]) refuses when
+    /// not even the floor fits.
+    fn output_room(&mut self) -> Option<OutputRoom> {
         let window = self.cfg.model.context_window;
-        (window > 0).then(|| {
-            let input = self.pi_context_tokens();
-            (pi_output_limit(window, input), input)
+        if window == 0 {
+            return None;
+        }
+        let input = self.pi_context_tokens();
+        let floor = MIN_OUTPUT_TOKENS.min(self.cfg.model.default_max_tokens());
+        let clamp = pi_output_limit(window, input);
+        let fits = window.saturating_sub(input);
+        let limit = if clamp >= floor || fits < floor {
+            clamp
+        } else {
+            floor
+        };
+        Some(OutputRoom {
+            limit,
+            input,
+            fits,
+            floor,
         })
     }
 
     /// Case 18.10: a request asks for at most the room its context leaves
-    /// ([`Self::output_room`], Pi 1.6's clamp); when that is below [`MIN_OUTPUT_TOKENS`] (or
-    /// the model's own smaller limit) the context is compacted first (once per user turn), and
-    /// if the room is still too small the turn fails with the figures instead of sending a
-    /// request that cannot fit. The guard reads the clamp's own estimate, so it refuses
-    /// exactly the requests the clamp would send with less than the floor. (Pi 1.6 sends
-    /// those with `max_tokens` 1; refusing them is a deliberate difference.)
+    /// ([`Self::output_room`]); when the window does not hold the floor beside the input
+    /// ([`MIN_OUTPUT_TOKENS`], or the model's own smaller limit) the context is compacted
+    /// first (once per user turn), and if there is still no room the turn fails with the
+    /// figures instead of sending a request that cannot fit. (Pi 1.6 sends it with
+    /// `max_tokens` 1; refusing it is a deliberate difference.)
     async fn ensure_output_room(&mut self) -> Result<(), String> {
-        let floor = MIN_OUTPUT_TOKENS.min(self.cfg.model.default_max_tokens());
-        let Some((room, _)) = self.output_room() else {
+        let Some(room) = self.output_room() else {
             return Ok(());
         };
-        if room >= floor {
+        if room.fits >= room.floor {
             return Ok(());
         }
         let can_compact = self
@@ -865,14 +895,19 @@ impl Run<'_> {
             {
                 return Ok(());
             }
-            if self.output_room().is_some_and(|(r, _)| r >= floor) {
+            if self.output_room().is_some_and(|r| r.fits >= r.floor) {
                 return Ok(());
             }
         }
-        let (room, tokens) = self.output_room().unwrap_or((0, 0));
+        let Some(OutputRoom {
+            input, fits, floor, ..
+        }) = self.output_room()
+        else {
+            return Ok(());
+        };
         let window = self.cfg.model.context_window;
         Err(format!(
-            "The context (estimated at {tokens} tokens) leaves room for {room} output tokens in the model's {window}-token window after the safety margin, less than the {floor} tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window."
+            "The context (estimated at {input} tokens) leaves room for {fits} output tokens in the model's {window}-token window, less than the {floor} tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window."
         ))
     }
 
@@ -1680,6 +1715,11 @@ pub async fn run_agent_from(
                 Ok(())
             } else {
                 let due = run.compact_if_due().await;
+                // Pi 1.6's loop picks up steering queued while the preparation (a compaction)
+                // ran, when the turn had none (one-at-a-time mode gives one per turn).
+                if pending.is_empty() {
+                    pending = run.drain(&control.steering);
+                }
                 sink.emit(AgentEvent::TurnStart).await;
                 due
             };
