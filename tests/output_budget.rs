@@ -201,21 +201,22 @@ async fn every_request_s_output_limit_is_pi_1_6_s_clamp_or_the_floor_also_after_
     assert_eq!(firsts, want);
 }
 
-/// Issue 29 (d): the output limit and the window guard read one estimate. On a 9,000-token
-/// window, with a last answer reporting `usage` tokens and a prompt of 2 more: Pi 1.6's clamp
-/// (9,000 − input − 4,096) while it is at least the floor of 1,024 (3,878: exactly 1,024);
-/// below it the floor as long as the window holds it beside the input (3,879, where Pi asks
-/// 1,023; 5,000, where Pi asks 1; 7,974: 9,000 − 7,976 = 1,024 left); no request once not
-/// even the floor fits (7,975), the run failing with the figures. (Pi 1.6 sends the last
-/// with 1; refusing it is pi-lsp's choice, in the changelog.)
+/// Issue 29 (d): the output limit and the window guard read the same figures. On a
+/// 9,000-token window, with a last answer reporting `usage` tokens and a prompt "next" (2 more
+/// tokens by Pi 1.6's estimate, 1 by characters / 4): Pi 1.6's clamp (9,000 − input − 4,096)
+/// while it is at least the floor of 1,024 (3,878: exactly 1,024); below it the floor as long
+/// as the window holds it beside the input (3,879, where Pi asks 1,023; 5,000 and 7,975, where
+/// Pi asks 1; 9,000 − 7,976 = 1,024 left); no request once not even the floor fits (7,976),
+/// the run failing with the figures. (Pi 1.6 sends the last with 1; refusing it is pi-lsp's
+/// choice, in the changelog.)
 #[tokio::test]
 async fn the_window_guard_refuses_exactly_when_the_floor_does_not_fit() {
     for (usage, sent, pi) in [
         (3_878u64, Some(1_024u64), 1_024),
         (3_879, Some(1_024), 1_023),
         (5_000, Some(1_024), 1),
-        (7_974, Some(1_024), 1),
-        (7_975, None, 1),
+        (7_975, Some(1_024), 1),
+        (7_976, None, 1),
     ] {
         let mock = MockModel::start(vec![Step::text("fine")]).await;
         let model = mock.completions_model(WINDOW, MAX_TOKENS);
@@ -263,7 +264,7 @@ async fn the_window_guard_refuses_exactly_when_the_floor_does_not_fit() {
             Some(_) => assert_eq!(error, None),
             None => assert_eq!(
                 error.as_deref(),
-                Some(format!("The context (estimated at {} tokens) leaves room for 1023 output tokens in the model's 9000-token window, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.", usage + 2).as_str())
+                Some(format!("The context (estimated at {} tokens) leaves room for 1023 output tokens in the model's 9000-token window, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.", usage + 1).as_str())
             ),
         }
     }

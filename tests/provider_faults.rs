@@ -425,8 +425,8 @@ async fn tool_only_summaries_are_retried_once_then_fail_keeping_the_context() {
 }
 
 /// Case 18.10: a request never asks for more output than Pi 1.6's clamp leaves in the window;
-/// below the floor (1,024 tokens) without compaction the turn fails with the figures and
-/// nothing is sent.
+/// when the window does not hold the floor (1,024 tokens) beside the input, without
+/// compaction the turn fails with the figures and nothing is sent.
 #[tokio::test]
 async fn output_is_clamped_to_the_room_the_window_leaves() {
     let guard = tmp("budget");
@@ -459,12 +459,15 @@ async fn output_is_clamped_to_the_room_the_window_leaves() {
         .unwrap();
     idle(&s.agent).await;
     assert_eq!(mock.requests().len(), 0);
-    // The clamp's own estimate (pi-ai 1.6's `estimateContextTokens`): ceil(3 / 3.5) +
-    // ceil(12,000 / 3.5); the room it leaves is 1.
-    let estimate = 1 + (prompt.len() * 2).div_ceil(7);
+    // The lower of the clamp's estimate (pi-ai 1.6's `estimateContextTokens`: ceil(3 / 3.5)
+    // + ceil(12,000 / 3.5) = 3,430) and the threshold's (ceil(3 / 4) + 12,000 / 4 = 3,001);
+    // the window holds 4,000 − 3,001 = 999 beside it.
+    let estimate = 1 + prompt.len() / 4;
+    let fits = 4_000 - estimate;
+    assert_eq!(fits, 999);
     assert_eq!(
         s.agent.last_outcome().unwrap().error_message.as_deref(),
-        Some(format!("The context (estimated at {estimate} tokens) leaves room for 1 output tokens in the model's 4000-token window after the safety margin, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.").as_str())
+        Some(format!("The context (estimated at {estimate} tokens) leaves room for {fits} output tokens in the model's 4000-token window, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.").as_str())
     );
 }
 
@@ -927,8 +930,14 @@ async fn a_200_answer_that_is_not_an_event_stream_tells_the_providers_error() {
 /// at once, no compaction.
 #[tokio::test]
 async fn usage_from_before_a_context_edit_does_not_trigger_the_threshold() {
+    // The question before the answer (an anchor of Pi 1.6's estimate is no older than the
+    // messages before it).
+    let mut hello = Message::user_text("hello");
+    if let Message::User(u) = &mut hello {
+        u.timestamp = 0;
+    }
     let history: Vec<Message> = vec![
-        Message::user_text("hello"),
+        hello,
         serde_json::from_value(
             json!({"role":"assistant","content":[{"type":"text","text":"hi"}],
             "api":"openai-completions","provider":"mock","model":"mock-1",

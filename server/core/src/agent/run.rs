@@ -433,7 +433,8 @@ struct Run<'a> {
 struct OutputRoom {
     /// What the request asks for at most.
     limit: u64,
-    /// The input as Pi 1.6's clamp estimates it.
+    /// The input: the lower of Pi 1.6's estimate (its clamp's) and the threshold's
+    /// ([`Run::request_tokens`]).
     input: u64,
     /// The window less the input: what an answer can take at all.
     fits: u64,
@@ -840,22 +841,27 @@ impl Run<'_> {
     }
 
     /// The output limit of the next request and what the window guard reads, in tokens
-    /// (`None` when the window is unknown), from one estimate of the input
-    /// ([`Self::pi_context_tokens`]). The limit is Pi 1.6's (`clampMaxTokensToContext`,
+    /// (`None` when the window is unknown). The limit is Pi 1.6's (`clampMaxTokensToContext`,
     /// [`pi_output_limit`]: what the input leaves below the window after a margin of at least
     /// 4,096) while that is at least the floor ([`MIN_OUTPUT_TOKENS`], or the model's smaller
     /// limit); below it, the floor when the window still holds it beside the input (Pi 1.6
     /// asks for what is left after its margin, down to 1 token: no usable answer on a window
-    /// of 8,000 once 3,000 are used). The guard ([`Self::ensure_output_room`]) refuses when
-    /// not even the floor fits.
+    /// of 8,000 once 3,000 are used). The input beside which the floor must fit is the lower
+    /// of Pi's estimate ([`Self::pi_context_tokens`]) and the threshold's
+    /// ([`Self::request_tokens`], which puts aside usage from before a change of the context).
+    /// The guard ([`Self::ensure_output_room`]) refuses when not even the floor fits.
     fn output_room(&mut self) -> Option<OutputRoom> {
         let window = self.cfg.model.context_window;
         if window == 0 {
             return None;
         }
-        let input = self.pi_context_tokens();
+        let pi = self.pi_context_tokens();
+        // What fits is judged by the lower of Pi's estimate and the threshold's (characters /
+        // 4 after the latest usage that still counts: usage from before a compaction or a
+        // `context_edit` does not, where pi-ai's estimate still anchors on it).
+        let input = pi.min(self.request_tokens());
         let floor = MIN_OUTPUT_TOKENS.min(self.cfg.model.default_max_tokens());
-        let clamp = pi_output_limit(window, input);
+        let clamp = pi_output_limit(window, pi);
         let fits = window.saturating_sub(input);
         let limit = if clamp >= floor || fits < floor {
             clamp
