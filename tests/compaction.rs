@@ -163,14 +163,17 @@ fn big_file(dir: &Path, name: &str, tokens: usize) {
     std::fs::write(dir.join(name), line.repeat(n)).unwrap();
 }
 
-/// CTX-03: window 32,768, reserve 8,192; one prompt; six sequential `read` calls of ~4,000
-/// tokens each. The threshold is checked before every request, also between the requests of
-/// the one turn; the compaction keeps the turn's call/result pairs and the run goes on.
-#[tokio::test]
-async fn ctx03_threshold_is_checked_before_every_request_mid_turn() {
-    let dir = tmp("ctx03");
+/// CTX-03's scene in `dir`: six files of ~4,000 tokens; a model that reads them one by one,
+/// then answers `done reading` and then each of `more`, reporting usage by the request's
+/// size, its summary requests answered by `summaries`; window 32,768, reserve 8,192, 20,000
+/// kept raw.
+async fn ctx03_scene(
+    dir: &Path,
+    more: &[&str],
+    summaries: pi_e2e::mock_model::Responder,
+) -> (MockModel, Setup) {
     for i in 1..=6 {
-        big_file(&dir, &format!("f{i}.rs"), 4_000);
+        big_file(dir, &format!("f{i}.rs"), 4_000);
     }
     let mut script: Vec<Step> = (1..=6)
         .map(|i| {
@@ -182,24 +185,40 @@ async fn ctx03_threshold_is_checked_before_every_request_mid_turn() {
         })
         .collect();
     script.push(Step::text("done reading"));
+    script.extend(more.iter().map(|t| Step::text(t)));
     let mock = fast_mock(script).await;
     mock.set_usage_from_body(true);
-    mock.set_responder(Arc::new(|body: &Value| {
-        is_summary(body)
-            .then(|| Step::text("## Goal\nRead six files.\n## Progress\n- [x] read some"))
-    }));
+    mock.set_responder(summaries);
     let settings = CompactionSettings {
         enabled: true,
         reserve_tokens: 8_192,
         keep_recent_tokens: 20_000,
     };
     let s = setup(
-        &dir,
+        dir,
         &mock,
         32_768,
         settings,
         "You are a coding agent.".into(),
     );
+    (mock, s)
+}
+
+/// CTX-03: window 32,768, reserve 8,192; one prompt; six sequential `read` calls of ~4,000
+/// tokens each. The threshold is checked before every request, also between the requests of
+/// the one turn; the compaction keeps the turn's call/result pairs and the run goes on.
+#[tokio::test]
+async fn ctx03_threshold_is_checked_before_every_request_mid_turn() {
+    let dir = tmp("ctx03");
+    let (mock, s) = ctx03_scene(
+        &dir,
+        &[],
+        Arc::new(|body: &Value| {
+            is_summary(body)
+                .then(|| Step::text("## Goal\nRead six files.\n## Progress\n- [x] read some"))
+        }),
+    )
+    .await;
     s.agent
         .prompt(vec![Message::user_text("read f1.rs … f6.rs one by one")])
         .unwrap();
@@ -281,44 +300,21 @@ async fn ctx03_threshold_is_checked_before_every_request_mid_turn() {
 #[tokio::test]
 async fn a_steer_sent_during_the_compaction_between_turns_goes_with_the_next_request() {
     let dir = tmp("ctx03-steer");
-    for i in 1..=6 {
-        big_file(&dir, &format!("f{i}.rs"), 4_000);
-    }
-    let mut script: Vec<Step> = (1..=6)
-        .map(|i| {
-            Step::call(
-                &format!("call_{i}"),
-                "read",
-                json!({"path": format!("f{i}.rs")}),
-            )
-        })
-        .collect();
-    script.push(Step::text("done reading"));
-    script.push(Step::text("steered answer"));
-    let mock = fast_mock(script).await;
-    mock.set_usage_from_body(true);
     let gate = Arc::new(tokio::sync::Notify::new());
     let held = gate.clone();
-    mock.set_responder(Arc::new(move |body: &Value| {
-        is_summary(body).then(|| {
-            Step::Gate(
-                held.clone(),
-                Box::new(Step::text("## Goal\nRead six files.")),
-            )
-        })
-    }));
-    let settings = CompactionSettings {
-        enabled: true,
-        reserve_tokens: 8_192,
-        keep_recent_tokens: 20_000,
-    };
-    let s = setup(
+    let (mock, s) = ctx03_scene(
         &dir,
-        &mock,
-        32_768,
-        settings,
-        "You are a coding agent.".into(),
-    );
+        &["steered answer"],
+        Arc::new(move |body: &Value| {
+            is_summary(body).then(|| {
+                Step::Gate(
+                    held.clone(),
+                    Box::new(Step::text("## Goal\nRead six files.")),
+                )
+            })
+        }),
+    )
+    .await;
     s.agent
         .prompt(vec![Message::user_text("read f1.rs … f6.rs one by one")])
         .unwrap();

@@ -700,3 +700,12 @@ fn with_room(messages: &[Message]) -> Vec<Message> {
     out.extend_from_slice(messages);
     out
 }
+
+/// The agent as a sink: an event emitted to it reaches its listeners as [`Agent::tell`]
+/// tells it (what a session tells outside a run: a branch summary's retries).
+#[async_trait]
+impl EventSink for Agent {
+    async fn emit(&self, event: AgentEvent) {
+        self.tell(event).await;
+    }
+}

@@ -896,6 +896,6 @@ mod run;
 pub use follower::Follower;
 pub use handle::{Agent, AgentBusy, CompactionOutcome, Subscription, WeakAgent};
 pub use run::{
-    is_recoverable_length, run_agent, run_agent_from, run_compaction, OVERFLOW_RECOVERY_FAILED,
-    TRUNCATED_RECOVERY_FAILED,
+    is_recoverable_length, run_agent, run_agent_from, run_compaction, SummaryRetryEvents,
+    OVERFLOW_RECOVERY_FAILED, TRUNCATED_RECOVERY_FAILED,
 };

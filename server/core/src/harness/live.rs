@@ -896,7 +896,11 @@ impl AgentSession {
             // (`summarization_retry_*` with `source: "branchSummary"`).
             let agent = self.agent_handle();
             let retry = agent.with_config(|c| c.retry.clone());
-            let events = BranchRetryEvents(agent);
+            let events = crate::agent::SummaryRetryEvents {
+                sink: agent,
+                source: crate::agent::SummarySource::BranchSummary,
+                reason: None,
+            };
             let retry = crate::compaction::SummaryRetry {
                 policy: (retry.enabled && self.auto_retry()).then_some(&retry.policy),
                 listener: Some(&events),
@@ -993,39 +997,6 @@ fn custom_parts(m: &CustomMessage) -> Result<(EntryData, Message), Error> {
     let message = crate::session::convert_message(&as_message)
         .ok_or_else(|| invalid("content", "expected a string or text/image blocks"))?;
     Ok((entry, message))
-}
-
-/// A branch summary's retries told to the session's listeners as Pi 1.6 tells them
-/// (`summarization_retry_*`, `source: "branchSummary"`).
-struct BranchRetryEvents<'a>(&'a crate::agent::Agent);
-
-#[async_trait::async_trait]
-impl crate::compaction::SummaryRetryListener for BranchRetryEvents<'_> {
-    async fn scheduled(&self, attempt: u32, max_attempts: u32, delay_ms: u64, error_message: &str) {
-        self.0
-            .tell(crate::agent::AgentEvent::SummarizationRetryScheduled {
-                attempt,
-                max_attempts,
-                delay_ms,
-                error_message: error_message.to_string(),
-            })
-            .await;
-    }
-
-    async fn attempt_start(&self) {
-        self.0
-            .tell(crate::agent::AgentEvent::SummarizationRetryAttemptStart {
-                source: crate::agent::SummarySource::BranchSummary,
-                reason: None,
-            })
-            .await;
-    }
-
-    async fn finished(&self) {
-        self.0
-            .tell(crate::agent::AgentEvent::SummarizationRetryFinished)
-            .await;
-    }
 }
 
 #[cfg(test)]
