@@ -184,20 +184,24 @@ pub fn threshold(context_window: u64, reserve: u64) -> u64 {
 /// `fixed_tokens` of system prompt and tool specs) when that is smaller, so the kept tail plus the
 /// summary fit under the threshold and the cut falls inside a long turn (at an assistant
 /// message, never between a call and its result) rather than keeping all of it. A window of 0
-/// (unknown) keeps `keep_recent_tokens`. Pi 1.6 keeps `keepRecentTokens` whatever the window,
-/// so on a 32,768-token model with its defaults (threshold 16,384) a long turn cannot be
-/// compacted at all (case CTX-03 / CMP-02).
+/// (unknown) keeps `keep_recent_tokens`, and so does a threshold that leaves no room at all
+/// beside the system prompt and tools (a window at most the reserve, a prompt over the
+/// threshold): no compaction can bring such a context under it, and summarising all but the
+/// last message would cost a summary request after every answer for nothing, so what is
+/// compacted then is what Pi 1.6 compacts. Pi 1.6 keeps `keepRecentTokens` whatever the
+/// window, so on a 32,768-token model with its defaults (threshold 16,384) a long turn cannot
+/// be compacted at all (case CTX-03 / CMP-02).
 pub fn keep_budget(
     keep_recent_tokens: u64,
     context_window: u64,
     reserve_tokens: u64,
     fixed_tokens: u64,
 ) -> u64 {
-    if context_window == 0 {
+    let room = threshold(context_window, reserve_tokens).saturating_sub(fixed_tokens);
+    if context_window == 0 || room == 0 {
         return keep_recent_tokens;
     }
-    keep_recent_tokens
-        .min(threshold(context_window, reserve_tokens).saturating_sub(fixed_tokens) / 2)
+    keep_recent_tokens.min(room / 2)
 }
 
 /// Where compaction cuts the context.
@@ -1748,8 +1752,12 @@ mod tests {
         // A 200k window keeps keepRecentTokens; an unknown window too.
         assert_eq!(keep_budget(20_000, 200_000, 16_384, 1_500), 20_000);
         assert_eq!(keep_budget(20_000, 0, 16_384, 1_500), 20_000);
-        // A system prompt over the threshold leaves nothing to keep.
-        assert_eq!(keep_budget(200, 18_000, 6_300, 12_000), 0);
+        // A system prompt over the threshold, or a window at most the reserve, leaves no
+        // room: keepRecentTokens as Pi keeps it.
+        assert_eq!(keep_budget(200, 18_000, 6_300, 12_000), 200);
+        assert_eq!(keep_budget(20_000, 12_000, 16_384, 1_500), 20_000);
+        // One token of room keeps none.
+        assert_eq!(keep_budget(20_000, 18_000, 6_300, 11_699), 0);
         // The budget cuts inside a long turn: [u, a{c1}, r(c1), a{c2}, r(c2), a{c3}, r(c3)].
         let mut v = vec![json!({"role":"user","content":text(100)})];
         for i in 1..=3 {
