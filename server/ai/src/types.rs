@@ -200,6 +200,20 @@ pub struct Usage {
     pub cost: Cost,
 }
 
+impl Usage {
+    /// Tokens of the context this response saw plus what it wrote, in tokens: the provider's
+    /// `total_tokens` when it reported one, else `input + output + cache_read + cache_write`
+    /// (Pi 1.6's `calculateContextTokens`; also what a session's `totalTokens` adds up).
+    /// 0 when the response reported no usage.
+    pub fn context_total(&self) -> u64 {
+        if self.total_tokens > 0 {
+            self.total_tokens
+        } else {
+            self.input + self.output + self.cache_read + self.cache_write
+        }
+    }
+}
+
 /// Why a response ended (Pi's `stopReason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
@@ -471,6 +485,23 @@ mod tests {
             let m: Message = serde_json::from_value(line.clone()).unwrap();
             assert_eq!(serde_json::to_value(&m).unwrap(), line);
         }
+    }
+
+    /// The provider's total when it gave one, else the four counts added (Pi 1.6's
+    /// `calculateContextTokens`), 0 for a response without usage.
+    #[test]
+    fn context_total_is_pis_calculate_context_tokens() {
+        let mut u = Usage {
+            input: 1000,
+            output: 50,
+            cache_read: 200,
+            cache_write: 30,
+            ..Usage::default()
+        };
+        assert_eq!(u.context_total(), 1280);
+        u.total_tokens = 1500;
+        assert_eq!(u.context_total(), 1500);
+        assert_eq!(Usage::default().context_total(), 0);
     }
 
     /// Pi 1.6's wording (pi-ai `renderSystemMessageUpdate`), and a stored system message

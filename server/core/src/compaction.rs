@@ -150,12 +150,7 @@ fn context_tokens_anchored(messages: &[Message]) -> Option<u64> {
             Message::Assistant(a)
                 if !matches!(a.stop_reason, StopReason::Error | StopReason::Aborted) =>
             {
-                let u = &a.usage;
-                let total = if u.total_tokens > 0 {
-                    u.total_tokens
-                } else {
-                    u.input + u.output + u.cache_read + u.cache_write
-                };
+                let total = a.usage.context_total();
                 (total > 0).then_some((i, total))
             }
             _ => None,

@@ -162,12 +162,7 @@ pub(crate) fn last_answer_past_threshold(
     if !with_aborted && a.stop_reason == StopReason::Aborted {
         return false;
     }
-    let u = &a.usage;
-    let total = if u.total_tokens > 0 {
-        u.total_tokens
-    } else {
-        u.input + u.output + u.cache_read + u.cache_write
-    };
+    let total = a.usage.context_total();
     let tokens = if i >= usage_from && a.stop_reason != StopReason::Error && total > 0 {
         total
     } else {
@@ -1942,12 +1937,7 @@ impl PiContext {
         for (i, m) in messages.iter().enumerate().skip(self.scanned) {
             let mut anchored = false;
             if let Message::Assistant(a) = m {
-                let u = &a.usage;
-                let total = if u.total_tokens > 0 {
-                    u.total_tokens
-                } else {
-                    u.input + u.output + u.cache_read + u.cache_write
-                };
+                let total = a.usage.context_total();
                 if a.timestamp >= self.latest
                     && !matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)
                     && total > 0

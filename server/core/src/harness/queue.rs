@@ -239,21 +239,8 @@ pub fn add_usage(t: &mut UsageTotals, u: &pi_ai::types::Usage) {
     t.output += u.output;
     t.cache_read += u.cache_read;
     t.cache_write += u.cache_write;
-    t.total_tokens += if u.total_tokens > 0 {
-        u.total_tokens
-    } else {
-        u.input + u.output + u.cache_read + u.cache_write
-    };
+    t.total_tokens += u.context_total();
     t.cost += u.cost.total;
-}
-
-/// Tokens of the context a response saw plus what it wrote (Pi's `calculateContextTokens`).
-pub fn context_tokens(u: &pi_ai::types::Usage) -> u64 {
-    if u.total_tokens > 0 {
-        u.total_tokens
-    } else {
-        u.input + u.output + u.cache_read + u.cache_write
-    }
 }
 
 impl Tracker {
@@ -631,7 +618,7 @@ impl Tracker {
                     let mut turn = UsageTotals::default();
                     add_usage(&mut turn, &a.usage);
                     add_usage(&mut inner.totals, &a.usage);
-                    let measured = context_tokens(&a.usage);
+                    let measured = a.usage.context_total();
                     let context = if measured == 0
                         || matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)
                     {

@@ -325,7 +325,7 @@ pub(crate) async fn session_stats(cx: Ctx, p: SessionParams) -> Result<SessionSt
                         stop != "error" && stop != "aborted"
                     })
                     .and_then(|e| e.assistant().and_then(|a| a.usage()))
-                    .is_none_or(|u| pi_core::harness::queue::context_tokens(&u) == 0)
+                    .is_none_or(|u| u.context_total() == 0)
             });
         if unknown {
             return ContextUsage {
