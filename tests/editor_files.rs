@@ -163,6 +163,7 @@ async fn ed02_git_and_fugitive_documents_are_not_the_file() {
 /// name; the edit goes to the URI the editor opened; an edit through a link to a file writes
 /// the target and keeps the link; a link leading outside the workspace is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg(unix)] // makes a symlink: Windows needs a privilege for it
 async fn ed01_buffers_are_matched_by_real_location_and_links_are_kept() {
     let tmp = TempDir::new("ed01");
     let ws = tmp.path().join("ws");
@@ -241,6 +242,7 @@ async fn ed01_buffers_are_matched_by_real_location_and_links_are_kept() {
 /// ED-01 with a symlinked workspace root (`/var` → `/private/var` on macOS): the editor names
 /// files under the link, the server resolves the root; buffers still match.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg(unix)] // makes a symlink: Windows needs a privilege for it
 async fn ed01_a_symlinked_workspace_root_still_finds_the_buffers() {
     let tmp = TempDir::new("ed01root");
     let real = tmp.path().join("private-ws");

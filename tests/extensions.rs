@@ -21,10 +21,15 @@ impl Drop for TmuxServer {
         let _ = std::process::Command::new("tmux")
             .args(["-L", &self.0, "kill-server"])
             .output();
-        use std::os::unix::fs::MetadataExt as _;
-        let uid = std::fs::metadata("/proc/self")
-            .map(|m| m.uid())
-            .unwrap_or(0);
+        #[cfg(unix)]
+        let uid = {
+            use std::os::unix::fs::MetadataExt as _;
+            std::fs::metadata("/proc/self")
+                .map(|m| m.uid())
+                .unwrap_or(0)
+        };
+        #[cfg(not(unix))]
+        let uid = 0;
         let dir = std::env::var_os("TMUX_TMPDIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("/tmp"));

@@ -3,6 +3,8 @@
 //! editor applies after the abort, a disk that fills during a run, and the memory left after a
 //! huge stream line.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+// The sibling-projects test makes a symlink (Unix only); its helpers go unused elsewhere.
+#![cfg_attr(not(unix), allow(unused))]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -47,6 +49,7 @@ fn listed(list: &Value) -> (Vec<String>, Vec<String>) {
 /// header without `cwd` counts only in the workspace's own `.pi/sessions`; the other's file
 /// opens by its explicit path, the reply naming whose it is (`otherCwd`).
 #[tokio::test]
+#[cfg(unix)] // makes a symlink: Windows needs a privilege for it
 async fn sibling_projects_sharing_pis_folder_see_only_their_own_sessions() {
     let tmp = TempDir::new("siblings");
     let dashed = tmp.path().join("a/b-c");

@@ -36,8 +36,7 @@ pub struct Terminals {
 
 /// `{exitCode, signal}` of a finished child (ACP's `TerminalExitStatus`; the signal by name).
 fn exit_status(s: std::process::ExitStatus) -> Value {
-    use std::os::unix::process::ExitStatusExt;
-    let signal = s.signal().map(|n| match n {
+    let signal = pi_core::platform::process::exit_signal(&s).map(|n| match n {
         9 => "SIGKILL".to_string(),
         15 => "SIGTERM".to_string(),
         n => n.to_string(),

@@ -159,34 +159,15 @@ fn on_line(agent: &Arc<AcpAgent>, conn: &Arc<Conn>, line: Line) {
     }
 }
 
-/// `pi-lsp acp` on stdin / stdout until stdin ends or SIGTERM / SIGINT / SIGHUP; returns the
-/// exit code (0; 128 + n for signal n).
+/// `pi-lsp acp` on stdin / stdout until stdin ends or SIGTERM / SIGINT / SIGHUP (Windows:
+/// Ctrl-C, Ctrl-Break, console close, log-off, shutdown: `pi_core::platform::signals`);
+/// returns the exit code (0; 128 + n for signal n).
 pub async fn serve_stdio(opts: AcpOptions) -> i32 {
-    use tokio::signal::unix::{signal, SignalKind};
     let code = Arc::new(std::sync::atomic::AtomicI32::new(0));
     let c = code.clone();
+    let mut signals = pi_core::platform::signals::Signals::listen();
     let stop = async move {
-        let mut sigs = Vec::new();
-        for (n, k) in [
-            (15, SignalKind::terminate()),
-            (2, SignalKind::interrupt()),
-            (1, SignalKind::hangup()),
-        ] {
-            if let Ok(s) = signal(k) {
-                sigs.push((n, s));
-            }
-        }
-        if sigs.is_empty() {
-            return std::future::pending().await;
-        }
-        let waits = sigs.iter_mut().map(|(n, s)| {
-            let n = *n;
-            Box::pin(async move {
-                s.recv().await;
-                n
-            })
-        });
-        let n = futures::future::select_all(waits).await.0;
+        let n = signals.next().await;
         c.store(128 + n, std::sync::atomic::Ordering::SeqCst);
     };
     serve(tokio::io::stdin(), tokio::io::stdout(), opts, stop).await;

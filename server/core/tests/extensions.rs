@@ -559,10 +559,15 @@ impl Drop for TmuxServer {
         let dir = std::env::var_os("TMUX_TMPDIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("/tmp"));
-        use std::os::unix::fs::MetadataExt as _;
-        let uid = std::fs::metadata("/proc/self")
-            .map(|m| m.uid())
-            .unwrap_or(0);
+        #[cfg(unix)]
+        let uid = {
+            use std::os::unix::fs::MetadataExt as _;
+            std::fs::metadata("/proc/self")
+                .map(|m| m.uid())
+                .unwrap_or(0)
+        };
+        #[cfg(not(unix))]
+        let uid = 0;
         let _ = std::fs::remove_file(dir.join(format!("tmux-{uid}")).join(&self.0));
     }
 }

@@ -367,6 +367,7 @@ fn line_separators_are_escaped_and_round_trip() {
 }
 
 #[test]
+#[cfg(unix)] // the lock names a live pid (the parent, Unix API)
 fn one_writer_per_file() {
     // SESS-04: a live lock refuses a second writer; a stale one is taken over.
     let d = tmp("lock");
@@ -420,6 +421,7 @@ fn one_writer_per_file() {
 }
 
 #[test]
+#[cfg(unix)] // SIGKILL
 fn crash_test_every_acknowledged_entry_survives_sigkill() {
     use std::io::BufRead;
     // Build the appender with the same cargo and target dir (a filtered `cargo test` skips examples).
@@ -842,6 +844,7 @@ fn entries_keep_their_lines_and_forks_copy_them_byte_for_byte() {
 /// process (this test binary again) whose soft limit is 4 KiB, with SIGXFSZ ignored so the
 /// write fails with EFBIG instead of killing it; the child raises the limit back itself.
 #[test]
+#[cfg(unix)] // RLIMIT_FSIZE
 fn failed_append_is_cut_back_before_the_next_one() {
     if let Ok(dir) = std::env::var("PI_TORN_APPEND_CHILD") {
         let dir = PathBuf::from(dir);

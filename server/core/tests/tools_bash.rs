@@ -111,6 +111,7 @@ async fn abort_kills_everything(command: &str, marker: &str) {
 }
 
 #[tokio::test]
+#[cfg(unix)] // signals the background process
 async fn bash01_sleep_100_in_background_does_not_hang() {
     let t = Instant::now();
     let out = run(json!({"command": "sleep 100.21 & echo done"}))

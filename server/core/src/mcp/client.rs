@@ -1,10 +1,11 @@
 //! One connection to one MCP server through `rmcp` (the official Rust SDK), client side.
 //!
-//! - stdio: pi-lsp spawns the child itself (in its own process group, stdin/stdout piped, stderr
+//! - stdio: pi-lsp spawns the child itself (in its own process tree: a process group, a job
+//!   object on Windows, through [`crate::platform::process`]; stdin/stdout piped, stderr
 //!   kept as a 2,000-character tail) and hands its pipes to rmcp's async read/write transport.
 //!   Owning the process lets shutdown follow Pi 1.6: close stdin, after 500 ms SIGTERM to the
 //!   group, 2 s later SIGKILL (servers started through `npx`/`uvx` wrappers stop with their
-//!   children). A stdout line over 16 MiB (Pi's `DEFAULT_MAX_MESSAGE_BYTES`) ends the connection
+//!   children; on Windows the job is terminated at the SIGTERM step). A stdout line over 16 MiB (Pi's `DEFAULT_MAX_MESSAGE_BYTES`) ends the connection
 //!   instead of being buffered: the pending calls fail at once and memory stays bounded.
 //! - streamable HTTP: rmcp's reqwest transport over rustls (ring), with the configured headers;
 //!   JSON bodies and SSE events over 16 MiB are refused by rmcp. A 401 or an `oauth` entry is
@@ -32,8 +33,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
 use super::config::{resolve_value, ServerConfig, Transport};
-use super::groups::{signal_group, track_group, untrack_group};
+use super::groups::{track_group, untrack_group};
 use super::log::McpLog;
+use crate::platform::process::{self, ProcessTree};
 
 /// Largest message read from a server (Pi's 16 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -161,10 +163,27 @@ impl<R: AsyncRead + Unpin> AsyncRead for LineCap<R> {
     }
 }
 
-/// A stdio server's process: its group is signalled on close.
+/// A stdio server's process and its tree (process group, or job object on Windows), stopped
+/// as one on close.
 struct Child {
     child: tokio::process::Child,
-    pid: Option<i32>,
+    tree: Option<ProcessTree>,
+}
+
+impl Child {
+    /// SIGTERM to the group (Windows: the job terminated; it has no polite stop).
+    fn terminate_tree(&self) {
+        if let Some(t) = &self.tree {
+            t.terminate();
+        }
+    }
+
+    /// SIGKILL to the group (Windows: the job terminated).
+    fn kill_tree(&self) {
+        if let Some(t) = &self.tree {
+            t.kill();
+        }
+    }
 }
 
 /// One live connection.
@@ -254,13 +273,14 @@ impl Connection {
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())
                     .kill_on_drop(true);
-                #[cfg(unix)]
-                cmd.process_group(0);
+                process::prepare(&mut cmd);
                 let mut child = cmd
                     .spawn()
                     .map_err(|e| ConnectError::Failed(format!("failed to start {command}: {e}")))?;
-                let pid = child.id().and_then(|p| i32::try_from(p).ok());
-                track_group(pid);
+                // The server's tree: its process group (its pid), or on Windows a job object
+                // it is assigned to; none only when it already exited.
+                let tree = child.id().and_then(|p| ProcessTree::adopt(p).ok());
+                track_group(tree.as_ref());
                 let (Some(stdin), Some(stdout), Some(mut err)) =
                     (child.stdin.take(), child.stdout.take(), child.stderr.take())
                 else {
@@ -284,7 +304,7 @@ impl Connection {
                 let transport =
                     rmcp::transport::async_rw::AsyncRwTransport::new_client(reader, stdin)
                         .with_max_line_length(usize::MAX);
-                let mut guard = Some(Child { child, pid });
+                let mut guard = Some(Child { child, tree });
                 let served = tokio::select! {
                     r = tokio::time::timeout(timeout, rmcp::serve_client(handler, transport)) => r,
                     _ = cancel.cancelled() => {
@@ -414,10 +434,10 @@ impl Connection {
                 tokio::select! {
                     _ = c.child.wait() => {
                         ct.cancel();
-                        signal_group(c.pid, nix::sys::signal::Signal::SIGTERM);
+                        c.terminate_tree();
                         tokio::time::sleep(TERM_GRACE).await;
-                        signal_group(c.pid, nix::sys::signal::Signal::SIGKILL);
-                        untrack_group(c.pid);
+                        c.kill_tree();
+                        untrack_group(c.tree.as_ref());
                     }
                     _ = stop_rx => {
                         ct.cancel();
@@ -556,19 +576,19 @@ async fn terminate(mut c: Child, now: bool) {
     drop(c.child.stdin.take());
     if !now {
         if let Ok(Ok(_)) = tokio::time::timeout(STDIN_CLOSE_GRACE, c.child.wait()).await {
-            signal_group(c.pid, nix::sys::signal::Signal::SIGTERM);
-            untrack_group(c.pid);
+            c.terminate_tree();
+            untrack_group(c.tree.as_ref());
             return;
         }
     }
-    signal_group(c.pid, nix::sys::signal::Signal::SIGTERM);
+    c.terminate_tree();
     if tokio::time::timeout(TERM_GRACE, c.child.wait())
         .await
         .is_err()
     {
-        signal_group(c.pid, nix::sys::signal::Signal::SIGKILL);
+        c.kill_tree();
         let _ = c.child.kill().await;
     }
-    signal_group(c.pid, nix::sys::signal::Signal::SIGKILL);
-    untrack_group(c.pid);
+    c.kill_tree();
+    untrack_group(c.tree.as_ref());
 }

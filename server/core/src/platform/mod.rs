@@ -9,11 +9,14 @@
 //! - [`sandbox`]: the sandbox backends (Linux Landlock + seccomp, macOS Seatbelt, none).
 //! - [`fs`]: positioned reads, private folders, file identity; session-file locks are std's.
 //! - [`paths`]: canonical paths without `\\?\`, case-insensitive comparisons.
+//! - [`signals`]: the signals that end a server (SIGTERM / SIGHUP / SIGINT; Windows' console
+//!   events), shared by the LSP and ACP front doors.
 //!
-//! Signals and stdio are the LSP binary's (`pi-lsp`'s own `platform` module).
+//! Stdio is the LSP binary's (`pi-lsp`'s own `platform` module).
 
 pub mod fs;
 pub mod paths;
 pub mod process;
 pub mod sandbox;
 pub mod shell;
+pub mod signals;

@@ -664,6 +664,7 @@ mod tests {
     /// trailing `/` ignored; without `cwd` only inside the workspace; a moved project's own
     /// files stay its own; a sibling whose Pi folder name collides is another's.
     #[test]
+    #[cfg(unix)] // makes a symlink: Windows needs a privilege for it
     fn ownership_by_resolved_cwd() {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().canonicalize().unwrap();

@@ -10,7 +10,7 @@
 //! | log-off / shutdown | `SIGTERM` from the system | `CTRL_LOGOFF_EVENT` / `CTRL_SHUTDOWN_EVENT`, reported as 15 |
 //!
 //! Windows gives a console-close, log-off or shutdown handler a few seconds before it ends the
-//! process: the stop budget (1.2 s, `shutdown::STOP_BUDGET`) fits in it. The Windows half is
+//! process: the stop budget (1.2 s, pi-lsp's `shutdown::STOP_BUDGET`) fits in it. The Windows half is
 //! unproven here (docs/platforms.md).
 
 /// The signals that end the process, listened to from [`Signals::listen`] on (before it, their
