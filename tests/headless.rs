@@ -2770,3 +2770,62 @@ async fn a_session_id_of_another_project_runs_nothing_as_pi_does() {
     assert_eq!(theirs.lines().next(), ours.lines().next());
     assert!(their_mock.requests().is_empty());
 }
+
+/// `run --json` starts with the session's header as Pi 1.6's `--mode json` does (its
+/// docs/json.md: "The first JSON-mode record is the current session header"): a new session's,
+/// equal to the file's first line; a resumed file's own header (here one with
+/// `parentSession`, kept whole); with `--no-session` a header naming the workspace. Then the
+/// run's events, `agent_start` first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_output_starts_with_the_session_header() {
+    let mock = MockModel::start(vec![
+        Step::text("one"),
+        Step::text("two"),
+        Step::text("three"),
+    ])
+    .await;
+    let h = Headless::new("headless-json-header", &mock.models_json());
+    let records = |out: &std::process::Output| -> Vec<Value> {
+        assert_success(out);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+    // A new session: the header is the file's first line, with Pi's keys in Pi's order.
+    let fresh = records(&h.run(&["--json", "--model", "mock/mock-1", "hi"]));
+    let file = session_file(&h.ws);
+    let lines = session_lines(&h.ws);
+    assert_eq!(fresh[0], lines[0]);
+    assert_eq!(
+        keys(&fresh[0]),
+        ["type", "version", "id", "timestamp", "cwd"]
+    );
+    assert_eq!(fresh[0]["type"], "session");
+    assert_eq!(fresh[0]["version"], 3);
+    assert_eq!(fresh[0]["cwd"], h.ws.display().to_string());
+    assert_eq!(fresh[1], json!({"type": "agent_start"}));
+    assert_eq!(fresh.iter().filter(|r| r["type"] == "session").count(), 1);
+    // A resumed file whose header names a parent session: printed as the file holds it.
+    let forked = h.ws.join("forked.jsonl");
+    let mut header = lines[0].clone();
+    header["id"] = json!("0198f0aa-0000-7000-8000-00000000f0cc");
+    header["parentSession"] = json!(file.display().to_string());
+    let body: Vec<String> = std::iter::once(header.to_string())
+        .chain(lines[1..].iter().map(Value::to_string))
+        .collect();
+    std::fs::write(&forked, body.join("\n") + "\n").unwrap();
+    let resumed = records(&h.run(&["--json", "--session", forked.to_str().unwrap(), "again"]));
+    assert_eq!(resumed[0], header);
+    assert_eq!(resumed[1], json!({"type": "agent_start"}));
+    // --no-session: a header of its own (a new id) for the workspace.
+    let none = records(&h.run(&["--json", "--model", "mock/mock-1", "--no-session", "x"]));
+    assert_eq!(
+        keys(&none[0]),
+        ["type", "version", "id", "timestamp", "cwd"]
+    );
+    assert_eq!(none[0]["cwd"], h.ws.display().to_string());
+    assert_ne!(none[0]["id"], fresh[0]["id"]);
+    assert_eq!(none[1], json!({"type": "agent_start"}));
+}

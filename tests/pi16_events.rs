@@ -184,7 +184,7 @@ fn without_exit_code(v: &mut Value) {
     }
 }
 
-/// Events whole but for the [`PER_RUN`] keys: Pi's session header and what streams
+/// Events whole but for the [`PER_RUN`] keys: the session header by its keys, what streams
 /// (`message_update`, a tool's `tool_execution_update`: as many as the output's pace makes)
 /// left out; a system message (its sections name each side's own folders) as its role only,
 /// and left out of `agent_end`'s `messages` (Pi's hold it, ours do not: docs/protocol.md).
@@ -196,10 +196,24 @@ fn steady_events(all: &[Value]) -> Vec<Value> {
         .filter(|e| {
             !matches!(
                 e["type"].as_str(),
-                Some("session" | "message_update" | "tool_execution_update")
+                Some("message_update" | "tool_execution_update")
             )
         })
         .map(|e| {
+            // The session header (Pi 1.6's first `--mode json` record): its keys in order,
+            // their values but `type` and `version` per run.
+            if e["type"] == "session" {
+                if let Value::Object(h) = e {
+                    return Value::Object(
+                        h.iter()
+                            .map(|(k, v)| match k.as_str() {
+                                "type" | "version" => (k.clone(), v.clone()),
+                                _ => (k.clone(), json!(format!("<{k}>"))),
+                            })
+                            .collect(),
+                    );
+                }
+            }
             let mut e = e.clone();
             if e["message"]["role"] == "system" {
                 e["message"] = json!({"role": "system"});

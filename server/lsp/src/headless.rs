@@ -881,6 +881,15 @@ async fn run_session(
             eprintln!("pi-lsp: session saved to {}", session_path.display());
         }
     };
+    // Pi 1.6's `--mode json` prints the session's header first (its docs/json.md: "The first
+    // JSON-mode record is the current session header"; print-mode.js `getHeader()`): the
+    // header as the file holds it (a v1/v2 file's as migrated), also for `--no-session`.
+    if json {
+        if let Ok((tree, _)) = session.tree() {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", tree.header);
+        }
+    }
     // SIGTERM, SIGHUP, SIGINT: the server's own way of going away (`crate::shutdown`).
     let mut signals = crate::shutdown::Signals::listen();
     if plan {
