@@ -156,7 +156,9 @@ async fn json_mode_prints_every_event_and_errors_exit_nonzero() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(events.first().unwrap()["type"], "agent_start");
+    // The session's header first (Pi 1.6's `--mode json`), then the run.
+    assert_eq!(events[0]["type"], "session");
+    assert_eq!(events[1]["type"], "agent_start");
     // Pi 1.6's order: the run's `agent_end`, then `agent_settled` (nothing more will run).
     let [.., end, settled] = events.as_slice() else {
         panic!("{events:?}")
