@@ -2831,3 +2831,40 @@ async fn json_output_starts_with_the_session_header() {
     assert_ne!(none[0]["id"], fresh[0]["id"]);
     assert_eq!(none[1], json!({"type": "agent_start"}));
 }
+
+/// A resumed session whose recorded model is gone from models.json runs on the usual choice
+/// and says so as Pi 1.6 does (`createAgentSession`'s `modelFallbackMessage`, printed by its
+/// print mode as a `Warning:` diagnostic on stderr); one that is still there says nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_session_whose_model_is_gone_warns_as_pi_does() {
+    let mock = MockModel::start(vec![
+        Step::text("one"),
+        Step::text("two"),
+        Step::text("three"),
+    ])
+    .await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "old-1", "contextWindow": 128000, "maxTokens": 4096}));
+    let h = Headless::new("headless-model-gone", &models);
+    assert_success(&h.run(&["--model", "mock/old-1", "hi"]));
+    // Still there: resumed on it, no warning.
+    let out = h.run(&["--continue", "again"]);
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("Warning:"), "{stderr}");
+    assert_eq!(mock.requests()[1].body["model"], "old-1");
+    // Gone: the first line of stderr is Pi's warning, the request goes to the fallback.
+    std::fs::write(h.agent.join("models.json"), mock.models_json().to_string()).unwrap();
+    let out = h.run(&["--continue", "third"]);
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(
+        stderr.lines().next(),
+        Some("Warning: Could not restore model mock/old-1. Using mock/mock-1"),
+        "{stderr}"
+    );
+    assert_eq!(mock.requests()[2].body["model"], "mock-1");
+}

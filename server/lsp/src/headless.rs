@@ -555,8 +555,13 @@ impl SessionSetup for HeadlessSetup {
 
     /// On stderr (the model chosen instead of the one asked for, a fork, repairs).
     #[allow(clippy::print_stderr)]
-    fn show_message(&self, _level: MessageLevel, message: String) {
-        eprintln!("{message}");
+    /// On stderr; a warning as Pi 1.6's print mode writes its diagnostics (`Warning: …`,
+    /// `writeDiagnosticsToStderr`).
+    fn show_message(&self, level: MessageLevel, message: String) {
+        match level {
+            MessageLevel::Warning => eprintln!("Warning: {message}"),
+            MessageLevel::Info => eprintln!("{message}"),
+        }
     }
 
     fn listeners(&self, _session_id: &str, _agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>> {

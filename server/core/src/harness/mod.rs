@@ -444,9 +444,22 @@ impl AgentSession {
         init_model: Option<&str>,
     ) -> Result<Arc<AgentSession>, ModelError> {
         let wanted = loaded.model.as_ref().map(|(p, m)| format!("{p}/{m}"));
-        let mut model = choose_model(&ws, wanted.as_deref(), None)
-            .or_else(|_| choose_model(&ws, None, init_model))?
-            .0;
+        let mut model = match choose_model(&ws, wanted.as_deref(), None) {
+            Ok((m, _)) => m,
+            Err(e) => {
+                let m = choose_model(&ws, None, init_model)?.0;
+                // Pi 1.6's `createAgentSession` → `modelFallbackMessage`, a warning in every
+                // mode: the recorded model is gone from models.json (or its provider).
+                if let Some(w) = &wanted {
+                    tracing::debug!("restoring {w}: {e}");
+                    setup.show_message(
+                        MessageLevel::Warning,
+                        format!("Could not restore model {w}. Using {}/{}", m.provider, m.id),
+                    );
+                }
+                m
+            }
+        };
         // Pi 1.6: the level recorded on the path, else `defaultThinkingLevel` or `medium`.
         model.thinking_level = Some(
             match loaded
