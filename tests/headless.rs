@@ -2868,3 +2868,101 @@ async fn a_resumed_session_whose_model_is_gone_warns_as_pi_does() {
     );
     assert_eq!(mock.requests()[2].body["model"], "mock-1");
 }
+
+/// A PNG of `w`×`h` pixels (a gradient, so it does not compress to nothing).
+fn png_of(w: u32, h: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([(x % 256) as u8, (y % 256) as u8, 128])
+    });
+    let mut out = Vec::new();
+    image::DynamicImage::ImageRgb8(img)
+        .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
+        .unwrap();
+    out
+}
+
+/// The size of the PNG or JPEG in a chat-completions `image_url` data URL.
+fn data_url_size(url: &str) -> (u32, u32) {
+    use base64::Engine as _;
+    let b64 = url.split_once("base64,").unwrap().1;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    let img = image::load_from_memory(&bytes).unwrap();
+    (img.width(), img.height())
+}
+
+/// `images.autoResize` as Pi 1.6 reads it (`_normalizePromptImages` for a prompt's images,
+/// `read: {autoResizeImages}` for the tool): by default a 3000×20 `@file` image is sent at
+/// 2000×13 with Pi's dimension note after the prompt text, and `read` fits it the same way;
+/// with `autoResize: false` both send it at 3000×20 without a note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_auto_resize_is_pis() {
+    for auto in [true, false] {
+        let mock = MockModel::start(vec![
+            Step::text("seen"),
+            Step::call("c1", "read", json!({"path": "big.png"})),
+            Step::text("read"),
+        ])
+        .await;
+        let mut models = mock.models_json();
+        models["providers"]["mock"]["models"][0]["input"] = json!(["text", "image"]);
+        let h = Headless::new("headless-autoresize", &models);
+        if !auto {
+            std::fs::write(
+                h.agent.join("settings.json"),
+                json!({"images": {"autoResize": false}}).to_string(),
+            )
+            .unwrap();
+        }
+        std::fs::write(h.ws.join("big.png"), png_of(3000, 20)).unwrap();
+        let w = h.ws.display().to_string();
+        assert_success(&h.run(&["--model", "mock/mock-1", "@big.png", "what"]));
+        assert_success(&h.run(&["--model", "mock/mock-1", "--no-session", "read big.png"]));
+        let reqs = mock.requests();
+        // The prompt: its text (the note after a blank line when fitted) and the image's size.
+        let user = &reqs[0].body["messages"].as_array().unwrap().last().unwrap()["content"];
+        let note = "[Image: original 3000x20, displayed at 2000x13. Multiply coordinates by 1.50 to map to original image.]";
+        let text = format!("<file name=\"{w}/big.png\"></file>\nwhat");
+        let text = if auto {
+            format!("{text}\n\n{note}")
+        } else {
+            text
+        };
+        assert_eq!(
+            user[0],
+            json!({"type": "text", "text": text}),
+            "autoResize {auto}"
+        );
+        let size = if auto { (2000, 13) } else { (3000, 20) };
+        assert_eq!(
+            data_url_size(user[1]["image_url"]["url"].as_str().unwrap()),
+            size
+        );
+        // The read tool's result, as the next request carries it.
+        let msgs = reqs[2].body["messages"].as_array().unwrap();
+        let tool = msgs.iter().find(|m| m["role"] == "tool").unwrap();
+        let read = if auto {
+            format!("Read image file [image/png]\n{note}")
+        } else {
+            "Read image file [image/png]".to_string()
+        };
+        let attached = msgs.iter().rev().find(|m| m["role"] == "user").unwrap();
+        assert!(
+            tool["content"]
+                .to_string()
+                .contains(&read.replace('\n', "\\n"))
+                || attached["content"]
+                    .to_string()
+                    .contains(&read.replace('\n', "\\n")),
+            "autoResize {auto}: {tool} {attached}"
+        );
+        let url = attached["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|b| b["image_url"]["url"].as_str())
+            .unwrap();
+        assert_eq!(data_url_size(url), size, "autoResize {auto}");
+    }
+}

@@ -207,8 +207,9 @@ struct FileArguments {
 /// Reads Pi's `@path` arguments (the `@` already removed): each path with `~` expanded and
 /// made absolute against `cwd`, the workspace folder (Node's `path.resolve`: `.` and `..` removed, symlinks kept),
 /// then read as an image when its first bytes are one ([`pi_core::tools::sniff_image`], as
-/// `read` detects them: sent as the file's
-/// bytes, base64, unresized — Pi's print mode reads them with `autoResizeImages: false`),
+/// `read` detects them: the file's bytes, base64, as Pi's print mode reads them with
+/// `autoResizeImages: false`; the session fits them as every prompt's images, Pi's
+/// `_normalizePromptImages`),
 /// else as text. A path that does not exist is Pi's error, word for word:
 /// `Error: File not found: ABS`; one that cannot be read: `Error: Could not read file ABS:
 /// WHY`.

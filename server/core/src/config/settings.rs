@@ -142,6 +142,18 @@ pub struct Settings {
     pub warnings: Vec<String>,
 }
 
+impl Settings {
+    /// `images.autoResize` (Pi 1.6: "Resize images to at most 2000 by 2000 pixels before
+    /// sending them", default `true`): a prompt's images are fitted as `read` fits its own.
+    pub fn image_auto_resize(&self) -> bool {
+        self.merged
+            .get("images")
+            .and_then(|i| i.get("autoResize"))
+            .and_then(Value::as_bool)
+            .unwrap_or(true)
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {

@@ -284,7 +284,10 @@ impl AgentSession {
                 return Ok(PromptOutcome::Command(name));
             }
         }
-        let message = user_message(&self.expand(text), images);
+        let (text, images) = self
+            .normalize_prompt_images(self.expand(text), images)
+            .await;
+        let message = user_message(&text, images);
         let model = model.filter(|m| *m != self.model().full_id());
         if self.agent.is_streaming() {
             if let Some(how) = behavior {
@@ -319,6 +322,53 @@ impl AgentSession {
         // Tools, caps and project instructions are read afresh for every prompt.
         let run_id = self.start(messages)?;
         Ok(PromptOutcome::Started { run_id })
+    }
+
+    /// Pi 1.6's `_normalizePromptImages` for a prompt, steer or follow-up: each image
+    /// converted to a type providers take and, with `images.autoResize` (default on), fitted to
+    /// 2000×2000 / 4.5 MB ([`crate::tools::process_prompt_image`]); the hints (a conversion,
+    /// the original size, or why an image was left out) appended to `text` after a blank line,
+    /// one per line, as Pi appends them.
+    async fn normalize_prompt_images(
+        &self,
+        text: String,
+        images: Vec<ImageContent>,
+    ) -> (String, Vec<ImageContent>) {
+        if images.is_empty() {
+            return (text, images);
+        }
+        let auto_resize = self.ws.settings().image_auto_resize();
+        // The images' data is shared (`Arc<str>`): the copy handed over costs no bytes, and a
+        // failed worker leaves the images as they came.
+        let sent = images.clone();
+        let processed = match tokio::task::spawn_blocking(move || {
+            sent.iter()
+                .map(|i| crate::tools::process_prompt_image(&i.data, &i.mime_type, auto_resize))
+                .collect::<Vec<_>>()
+        })
+        .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!("prompt images left as they came: {e}");
+                return (text, images);
+            }
+        };
+        let mut kept = Vec::new();
+        let mut hints = Vec::new();
+        for p in processed {
+            match p {
+                Ok((image, h)) => {
+                    kept.push(image);
+                    hints.extend(h);
+                }
+                Err(omitted) => hints.push(omitted),
+            }
+        }
+        if hints.is_empty() {
+            return (text, kept);
+        }
+        (format!("{text}\n\n{}", hints.join("\n")), kept)
     }
 
     /// Queues `message` after telling the listeners (so `queued` always comes before
@@ -364,7 +414,10 @@ impl AgentSession {
                 ));
             }
         }
-        let message = user_message(&self.expand(text), images);
+        let (text, images) = self
+            .normalize_prompt_images(self.expand(text), images)
+            .await;
+        let message = user_message(&text, images);
         let (q, run) = self.queue(how, message, None).await;
         Ok((q.queue_id, run))
     }

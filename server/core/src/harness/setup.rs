@@ -435,6 +435,7 @@ pub fn agent_config_with(
         bash_executor,
         reads: reads.unwrap_or_default(),
         root_real: Default::default(),
+        images_unresized: !settings.image_auto_resize(),
     });
     // The sandbox follows the trust-gated settings, never a project file of an untrusted
     // workspace.

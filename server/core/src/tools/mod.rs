@@ -25,6 +25,7 @@ pub use edit::EditTool;
 pub use find::FindTool;
 pub use grep::GrepTool;
 pub use ls::LsTool;
+pub(crate) use read::process_prompt_image;
 pub use read::{sniff_image, ReadTool};
 pub use write::WriteTool;
 
@@ -275,6 +276,10 @@ pub struct ToolState {
     /// The workspace root's real location, found at the first path this tool set resolves
     /// ([`RootReal`]): not canonicalised again at every call.
     pub root_real: RootReal,
+    /// `images.autoResize: false` (Pi 1.6's `read: { autoResizeImages }`): `read` sends an
+    /// image at its own size (converted only when providers do not take its type); `false`
+    /// (the default): fitted to 2000×2000 / 4.5 MB.
+    pub images_unresized: bool,
 }
 
 /// A workspace root and its real location ([`crate::platform::paths::canonicalize`]: every
@@ -374,6 +379,7 @@ impl ToolState {
             session_env: Vec::new(),
             bash_executor: None,
             root_real: RootReal::default(),
+            images_unresized: false,
         }
     }
 }

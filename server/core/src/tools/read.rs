@@ -609,6 +609,120 @@ pub(crate) fn fit_image(bytes: &[u8], mime: &str) -> Option<SentImage> {
     }
 }
 
+/// Pi 1.6's `processImage` (`utils/image-process.js`) for an image the user sent with a prompt
+/// (base64 `data` of type `mime`): a type providers take inline (PNG, JPEG, GIF, WebP) kept,
+/// another converted to PNG (with the hint `[Image converted from X to image/png.]`); with
+/// `auto_resize` (`images.autoResize`, default on) fitted as the `read` tool fits images
+/// ([`fit_image`]: at most 2000×2000 and 4.5 MB of base64, with `formatDimensionNote`'s hint).
+/// Returns the image to send and its hints, or Pi's `[Image omitted: …]` text when it cannot be
+/// converted or made small enough; an image of a sendable type whose header does not decode is
+/// sent as it came. CPU-bound: call it on a blocking thread.
+pub(crate) fn process_prompt_image(
+    data: &str,
+    mime: &str,
+    auto_resize: bool,
+) -> Result<(ImageContent, Vec<String>), String> {
+    use base64::Engine as _;
+    const NOT_CONVERTED: &str =
+        "[Image omitted: could not be converted to a supported inline image format.]";
+    let base = mime
+        .split(';')
+        .next()
+        .unwrap_or(mime)
+        .trim()
+        .to_ascii_lowercase();
+    let supported = match base.as_str() {
+        "image/png" => Some("image/png"),
+        "image/jpeg" | "image/jpg" => Some("image/jpeg"),
+        "image/gif" => Some("image/gif"),
+        "image/webp" => Some("image/webp"),
+        _ => None,
+    };
+    let mut hints = Vec::new();
+    let (bytes, mime) = match supported {
+        // Already sendable and not to be resized: sent as it came (no decoding).
+        Some(m) if !auto_resize => {
+            return Ok((
+                ImageContent {
+                    data: data.into(),
+                    mime_type: m.to_string(),
+                },
+                hints,
+            ))
+        }
+        Some(m) => match base64::engine::general_purpose::STANDARD.decode(data.trim()) {
+            Ok(bytes) => (bytes, m),
+            // Not base64 after all: as it came (see below).
+            Err(_) => {
+                return Ok((
+                    ImageContent {
+                        data: data.into(),
+                        mime_type: m.to_string(),
+                    },
+                    hints,
+                ))
+            }
+        },
+        None => {
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map_err(|_| NOT_CONVERTED.to_string())?;
+            let mut png = Vec::new();
+            image::load_from_memory(&raw)
+                .and_then(|img| {
+                    img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+                })
+                .map_err(|_| NOT_CONVERTED.to_string())?;
+            (png, "image/png")
+        }
+    };
+    if !auto_resize {
+        hints.push(format!("[Image converted from {base} to {mime}.]"));
+        return Ok((
+            ImageContent {
+                data: base64::engine::general_purpose::STANDARD
+                    .encode(&bytes)
+                    .into(),
+                mime_type: mime.to_string(),
+            },
+            hints,
+        ));
+    }
+    // An image whose header does not decode is sent as it came (Pi 1.6 leaves it out with
+    // its "could not be resized" note; a provider that refuses it is handled as every image
+    // refusal is, case 18.12): a deliberate difference, in the changelog.
+    let readable = image::ImageReader::new(std::io::Cursor::new(&bytes))
+        .with_guessed_format()
+        .ok()
+        .and_then(|r| r.into_dimensions().ok())
+        .is_some();
+    if !readable && supported.is_some() {
+        return Ok((
+            ImageContent {
+                data: data.into(),
+                mime_type: mime.to_string(),
+            },
+            hints,
+        ));
+    }
+    let fitted = fit_image(&bytes, mime).ok_or_else(|| {
+        "[Image omitted: could not be resized below the inline image size limit.]".to_string()
+    })?;
+    if supported.is_none() && fitted.mime != base {
+        hints.push(format!("[Image converted from {base} to {}.]", fitted.mime));
+    }
+    if let Some(d) = fitted.dimension_note() {
+        hints.push(d);
+    }
+    Ok((
+        ImageContent {
+            data: fitted.data.into(),
+            mime_type: fitted.mime,
+        },
+        hints,
+    ))
+}
+
 /// The content blocks of a read image: Pi's text note, then the image unless it was omitted.
 /// Pi 0.73.1's note (`getNonVisionImageNote` in `tools/read.js`) on a read image when the
 /// current model's `input` does not include `image`.
@@ -623,24 +737,40 @@ fn non_vision_note(model_input: Option<&[String]>) -> Option<&'static str> {
     }
 }
 
+/// `auto_resize`: fitted ([`fit_image`]), else sent at its own size (Pi 1.6's read with
+/// `autoResizeImages: false`: no dimension note).
 async fn image_blocks(
     bytes: Vec<u8>,
     mime: &'static str,
     extra_note: Option<&str>,
+    auto_resize: bool,
 ) -> Vec<ContentBlock> {
     // Pi 1.6's `normalizeImage`: a type providers do not take inline (BMP) is sent as PNG,
     // with a hint; one that does not decode is left out.
     let converted = mime == "image/bmp";
+    let fit = move |b: &[u8], m: &str| {
+        if auto_resize {
+            return fit_image(b, m);
+        }
+        use base64::Engine as _;
+        Some(SentImage {
+            data: base64::engine::general_purpose::STANDARD.encode(b),
+            mime: m.to_string(),
+            original: (0, 0),
+            sent: (0, 0),
+            resized: false,
+        })
+    };
     let fitted = tokio::task::spawn_blocking(move || {
         if !converted {
-            return Ok(fit_image(&bytes, mime));
+            return Ok(fit(&bytes, mime));
         }
         let mut png = Vec::new();
         image::load_from_memory_with_format(&bytes, image::ImageFormat::Bmp)
             .and_then(|img| {
                 img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
             })
-            .map(|()| fit_image(&png, "image/png"))
+            .map(|()| fit(&png, "image/png"))
             .map_err(|_| ())
     })
     .await
@@ -843,8 +973,13 @@ impl ReadTool {
             Some(Small::Image(bytes, mime)) => {
                 return Ok(ToolOutput {
                     terminate: false,
-                    content: image_blocks(bytes, mime, non_vision_note(ctx.model_input.as_deref()))
-                        .await,
+                    content: image_blocks(
+                        bytes,
+                        mime,
+                        non_vision_note(ctx.model_input.as_deref()),
+                        !self.state.images_unresized,
+                    )
+                    .await,
                     details: None,
                     ..Default::default()
                 });
@@ -879,8 +1014,13 @@ impl ReadTool {
                 .map_err(|e| ToolError::new(e.to_string()))?;
             return Ok(ToolOutput {
                 terminate: false,
-                content: image_blocks(bytes, mime, non_vision_note(ctx.model_input.as_deref()))
-                    .await,
+                content: image_blocks(
+                    bytes,
+                    mime,
+                    non_vision_note(ctx.model_input.as_deref()),
+                    !self.state.images_unresized,
+                )
+                .await,
                 details: None,
                 ..Default::default()
             });
@@ -937,6 +1077,67 @@ impl ReadTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn encoded(img: image::DynamicImage, format: image::ImageFormat) -> String {
+        use base64::Engine as _;
+        let mut out = Vec::new();
+        img.write_to(&mut std::io::Cursor::new(&mut out), format)
+            .unwrap();
+        base64::engine::general_purpose::STANDARD.encode(out)
+    }
+
+    fn size_of(data: &str) -> (u32, u32) {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap();
+        let img = image::load_from_memory(&bytes).unwrap();
+        (img.width(), img.height())
+    }
+
+    /// Pi 1.6's `processImage` for a prompt's images: a large PNG fitted with the dimension
+    /// note, kept at its size without `autoResize`; a BMP converted to PNG with the conversion
+    /// hint (also without `autoResize`); a small PNG and an undecodable one sent as they came.
+    #[test]
+    fn prompt_images_are_processed_as_pi_1_6_processes_them() {
+        let wide = image::DynamicImage::ImageRgb8(image::RgbImage::from_fn(3000, 20, |x, y| {
+            image::Rgb([(x % 256) as u8, (y % 256) as u8, 7])
+        }));
+        let png = encoded(wide, image::ImageFormat::Png);
+        let (img, hints) = process_prompt_image(&png, "image/png", true).unwrap();
+        assert_eq!(
+            (img.mime_type.as_str(), size_of(&img.data)),
+            ("image/png", (2000, 13))
+        );
+        assert_eq!(hints, ["[Image: original 3000x20, displayed at 2000x13. Multiply coordinates by 1.50 to map to original image.]"]);
+        let (img, hints) = process_prompt_image(&png, "image/png", false).unwrap();
+        assert_eq!((&*img.data, hints.len()), (png.as_str(), 0));
+        let small = image::DynamicImage::ImageRgb8(image::RgbImage::new(4, 3));
+        let bmp = encoded(small.clone(), image::ImageFormat::Bmp);
+        for auto in [true, false] {
+            let (img, hints) = process_prompt_image(&bmp, "image/bmp", auto).unwrap();
+            assert_eq!(
+                (img.mime_type.as_str(), size_of(&img.data)),
+                ("image/png", (4, 3))
+            );
+            assert_eq!(hints, ["[Image converted from image/bmp to image/png.]"]);
+        }
+        let tiny = encoded(small, image::ImageFormat::Png);
+        let (img, hints) = process_prompt_image(&tiny, "image/png", true).unwrap();
+        assert_eq!((&*img.data, hints.len()), (tiny.as_str(), 0));
+        let (img, hints) = process_prompt_image("AAAA", "image/png", true).unwrap();
+        assert_eq!(
+            (&*img.data, img.mime_type.as_str(), hints.len()),
+            ("AAAA", "image/png", 0)
+        );
+        assert_eq!(
+            process_prompt_image("AAAA", "image/x-unknown", true),
+            Err(
+                "[Image omitted: could not be converted to a supported inline image format.]"
+                    .into()
+            )
+        );
+    }
 
     /// Pi 1.6's `detectSupportedImageMimeType` (`utils/mime.js`), case by case: each row's
     /// bytes gave Pi 1.6.0's function (run with its Node) the type in the row. A PNG without
