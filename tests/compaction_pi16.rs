@@ -10,10 +10,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pi_ai::Message;
-use pi_core::agent::{Agent, AgentConfig, CompactionConfig, CompactionSettings};
-use pi_core::compaction::SessionCompactor;
-use pi_core::session::SessionWriter;
+#[path = "support/compacting.rs"]
+mod compacting;
+
+use compacting::{compacting_agent, is_summary, Compacting};
+use pi_core::agent::CompactionSettings;
 use pi_e2e::headless::pi_command;
 use pi_e2e::mock_model::{Answer, MockModel, Step};
 use pi_e2e::pi_rpc::PiRpc;
@@ -32,8 +33,25 @@ const PROMPTS: [&str; 2] = ["First question?", "Second question?"];
 /// small window (Pi 1.6 does not halve the reserve for a small window as pi-lsp does).
 const RESERVE: u64 = 1_000;
 
-fn is_summary(body: &Value) -> bool {
-    body.to_string().contains("context summarization assistant")
+/// pi-lsp's agent on `model` for these comparisons: a session file under `dir/sessions`,
+/// `compaction.keepRecentTokens: 1` and [`RESERVE`], `retry` (`None`: off).
+fn ours(dir: &Path, model: pi_ai::Model, retry: Option<pi_ai::RetryPolicy>) -> Compacting {
+    let settings = CompactionSettings {
+        keep_recent_tokens: 1,
+        reserve_tokens: RESERVE,
+        ..CompactionSettings::default()
+    };
+    compacting_agent(dir, &dir.join("sessions"), model, retry, settings, None)
+}
+
+/// Pi's retry budget (3), `base_ms` apart and doubling, no jitter.
+fn retry_policy(base_ms: u64) -> pi_ai::RetryPolicy {
+    pi_ai::RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_millis(base_ms),
+        max_delay: Duration::from_secs(60),
+        jitter: 0.0,
+    }
 }
 
 /// A mock answering the conversation "One." (after thinking, which Pi 1.6 leaves out of the
@@ -125,41 +143,12 @@ async fn ours_converse_and_compact(
         model.reasoning = true;
         model.thinking_level = thinking;
     }
-    let writer = SessionWriter::create(
-        &dir.join("sessions"),
-        dir,
-        &model.provider,
-        &model.id,
-        "off",
-    )
-    .unwrap();
-    let writer = Arc::new(std::sync::Mutex::new(writer));
-    let mut cfg = AgentConfig::new(model, "You are a helper.".into(), Vec::new());
-    cfg.retry.enabled = false;
-    cfg.compaction = Some(CompactionConfig {
-        settings: CompactionSettings {
-            keep_recent_tokens: 1,
-            reserve_tokens: RESERVE,
-            ..CompactionSettings::default()
-        },
-        compactor: Arc::new(SessionCompactor::new(writer.clone())),
-    });
-    let agent = Agent::new(cfg, Vec::new());
-    let idle = || async {
-        tokio::time::timeout(Duration::from_secs(30), agent.wait_for_idle())
-            .await
-            .expect("the agent did not become idle")
-    };
-    for text in PROMPTS {
-        agent.prompt(vec![Message::user_text(text)]).unwrap();
-        idle().await;
-        for m in agent.messages().iter().rev().take(2).rev() {
-            writer.lock().unwrap().append_message(m).unwrap();
-        }
-    }
+    let c = ours(dir, model, None);
+    c.converse(&PROMPTS).await;
+    let agent = &c.agent;
     let (_, _, rx) = agent.compact(Some(FOCUS.to_string())).unwrap();
     rx.await.unwrap().expect("the compaction succeeds");
-    idle().await;
+    c.idle().await;
 }
 
 /// Both sides' summary request bodies on a model with `window`, the history summary first.
@@ -321,48 +310,14 @@ impl pi_core::agent::EventSink for Collect {
 /// `compaction_start` on.
 async fn our_compact_events(dir: &Path, mock: &MockModel) -> Vec<Value> {
     let model = mock.completions_model(128_000, 4_096);
-    let writer = SessionWriter::create(
-        &dir.join("sessions"),
-        dir,
-        &model.provider,
-        &model.id,
-        "off",
-    )
-    .unwrap();
-    let writer = Arc::new(std::sync::Mutex::new(writer));
-    let mut cfg = AgentConfig::new(model, "You are a helper.".into(), Vec::new());
-    cfg.retry.policy = pi_ai::RetryPolicy {
-        max_retries: 3,
-        base_delay: Duration::from_millis(10),
-        max_delay: Duration::from_secs(60),
-        jitter: 0.0,
-    };
-    cfg.compaction = Some(CompactionConfig {
-        settings: CompactionSettings {
-            keep_recent_tokens: 1,
-            reserve_tokens: RESERVE,
-            ..CompactionSettings::default()
-        },
-        compactor: Arc::new(SessionCompactor::new(writer.clone())),
-    });
-    let agent = Agent::new(cfg, Vec::new());
-    let idle = || async {
-        tokio::time::timeout(Duration::from_secs(30), agent.wait_for_idle())
-            .await
-            .expect("the agent did not become idle")
-    };
-    for text in PROMPTS {
-        agent.prompt(vec![Message::user_text(text)]).unwrap();
-        idle().await;
-        for m in agent.messages().iter().rev().take(2).rev() {
-            writer.lock().unwrap().append_message(m).unwrap();
-        }
-    }
+    let c = ours(dir, model, Some(retry_policy(10)));
+    c.converse(&PROMPTS).await;
+    let agent = &c.agent;
     let seen = Arc::new(Collect::default());
     let _sub = agent.subscribe(seen.clone());
     let (_, _, rx) = agent.compact(None).unwrap();
     let _ = rx.await.unwrap();
-    idle().await;
+    c.idle().await;
     let all = seen.0.lock().unwrap().clone();
     all
 }
@@ -545,43 +500,9 @@ fn pi_compact_aborted(pi: &Path, dir: &Path, mock: &MockModel) -> (Vec<Value>, V
 /// stored entries' types.
 async fn our_compact_aborted(dir: &Path, mock: &MockModel) -> (Vec<Value>, Vec<String>) {
     let model = mock.completions_model(128_000, 4_096);
-    let writer = SessionWriter::create(
-        &dir.join("sessions"),
-        dir,
-        &model.provider,
-        &model.id,
-        "off",
-    )
-    .unwrap();
-    let writer = Arc::new(std::sync::Mutex::new(writer));
-    let mut cfg = AgentConfig::new(model, "You are a helper.".into(), Vec::new());
-    cfg.retry.policy = pi_ai::RetryPolicy {
-        max_retries: 3,
-        base_delay: Duration::from_millis(ABORT_WAIT_MS),
-        max_delay: Duration::from_secs(60),
-        jitter: 0.0,
-    };
-    cfg.compaction = Some(CompactionConfig {
-        settings: CompactionSettings {
-            keep_recent_tokens: 1,
-            reserve_tokens: RESERVE,
-            ..CompactionSettings::default()
-        },
-        compactor: Arc::new(SessionCompactor::new(writer.clone())),
-    });
-    let agent = Agent::new(cfg, Vec::new());
-    let idle = || async {
-        tokio::time::timeout(Duration::from_secs(30), agent.wait_for_idle())
-            .await
-            .expect("the agent did not become idle")
-    };
-    for text in PROMPTS {
-        agent.prompt(vec![Message::user_text(text)]).unwrap();
-        idle().await;
-        for m in agent.messages().iter().rev().take(2).rev() {
-            writer.lock().unwrap().append_message(m).unwrap();
-        }
-    }
+    let c = ours(dir, model, Some(retry_policy(ABORT_WAIT_MS)));
+    c.converse(&PROMPTS).await;
+    let agent = &c.agent;
     let seen = Arc::new(Collect::default());
     let _sub = agent.subscribe(seen.clone());
     let (_, _, rx) = agent.compact(None).unwrap();
@@ -601,7 +522,7 @@ async fn our_compact_aborted(dir: &Path, mock: &MockModel) -> (Vec<Value>, Vec<S
     .expect("no summarization_retry_scheduled");
     assert!(agent.abort(), "nothing to abort");
     let _ = rx.await.unwrap();
-    idle().await;
+    c.idle().await;
     let all = seen.0.lock().unwrap().clone();
     (all, stored_types(&dir.join("sessions")))
 }
