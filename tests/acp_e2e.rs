@@ -1509,7 +1509,7 @@ fn tool_result(ws: &Path, id: &str) -> Value {
 }
 
 /// The result's text, content, error flag and details (what the model gets), with the spill
-/// file's name (a fresh uuid per run) made `pi-bash-X.log`.
+/// file's path (a fresh uuid per run, in each server's own temp folder) made `pi-bash-X.log`.
 fn model_view(result: &Value) -> Value {
     let re = regex_lite_spill(&result.to_string());
     let v: Value = serde_json::from_str(&re).unwrap();
@@ -1520,7 +1520,9 @@ fn regex_lite_spill(text: &str) -> String {
     let mut out = String::new();
     let mut rest = text;
     while let Some(i) = rest.find("pi-bash-") {
-        out.push_str(&rest[..i]);
+        // The whole path: back to the space or quote before it.
+        let start = rest[..i].rfind([' ', '"']).map_or(0, |s| s + 1);
+        out.push_str(&rest[..start]);
         let tail = &rest[i..];
         let end = tail.find(".log").map_or(tail.len(), |e| e + 4);
         out.push_str("pi-bash-X.log");

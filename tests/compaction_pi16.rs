@@ -10,10 +10,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pi_ai::Message;
-use pi_core::agent::{Agent, AgentConfig, CompactionConfig, CompactionSettings};
-use pi_core::compaction::SessionCompactor;
-use pi_core::session::SessionWriter;
+#[path = "support/compacting.rs"]
+mod compacting;
+
+use compacting::{compacting_agent, is_summary, Compacting};
+use pi_core::agent::CompactionSettings;
 use pi_e2e::headless::pi_command;
 use pi_e2e::mock_model::{Answer, MockModel, Step};
 use pi_e2e::pi_rpc::PiRpc;
@@ -32,8 +33,25 @@ const PROMPTS: [&str; 2] = ["First question?", "Second question?"];
 /// small window (Pi 1.6 does not halve the reserve for a small window as pi-lsp does).
 const RESERVE: u64 = 1_000;
 
-fn is_summary(body: &Value) -> bool {
-    body.to_string().contains("context summarization assistant")
+/// pi-lsp's agent on `model` for these comparisons: a session file under `dir/sessions`,
+/// `compaction.keepRecentTokens: 1` and [`RESERVE`], `retry` (`None`: off).
+fn ours(dir: &Path, model: pi_ai::Model, retry: Option<pi_ai::RetryPolicy>) -> Compacting {
+    let settings = CompactionSettings {
+        keep_recent_tokens: 1,
+        reserve_tokens: RESERVE,
+        ..CompactionSettings::default()
+    };
+    compacting_agent(dir, &dir.join("sessions"), model, retry, settings, None)
+}
+
+/// Pi's retry budget (3), `base_ms` apart and doubling, no jitter.
+fn retry_policy(base_ms: u64) -> pi_ai::RetryPolicy {
+    pi_ai::RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_millis(base_ms),
+        max_delay: Duration::from_secs(60),
+        jitter: 0.0,
+    }
 }
 
 /// A mock answering the conversation "One." (after thinking, which Pi 1.6 leaves out of the
@@ -125,41 +143,12 @@ async fn ours_converse_and_compact(
         model.reasoning = true;
         model.thinking_level = thinking;
     }
-    let writer = SessionWriter::create(
-        &dir.join("sessions"),
-        dir,
-        &model.provider,
-        &model.id,
-        "off",
-    )
-    .unwrap();
-    let writer = Arc::new(std::sync::Mutex::new(writer));
-    let mut cfg = AgentConfig::new(model, "You are a helper.".into(), Vec::new());
-    cfg.retry.enabled = false;
-    cfg.compaction = Some(CompactionConfig {
-        settings: CompactionSettings {
-            keep_recent_tokens: 1,
-            reserve_tokens: RESERVE,
-            ..CompactionSettings::default()
-        },
-        compactor: Arc::new(SessionCompactor::new(writer.clone())),
-    });
-    let agent = Agent::new(cfg, Vec::new());
-    let idle = || async {
-        tokio::time::timeout(Duration::from_secs(30), agent.wait_for_idle())
-            .await
-            .expect("the agent did not become idle")
-    };
-    for text in PROMPTS {
-        agent.prompt(vec![Message::user_text(text)]).unwrap();
-        idle().await;
-        for m in agent.messages().iter().rev().take(2).rev() {
-            writer.lock().unwrap().append_message(m).unwrap();
-        }
-    }
+    let c = ours(dir, model, None);
+    c.converse(&PROMPTS).await;
+    let agent = &c.agent;
     let (_, _, rx) = agent.compact(Some(FOCUS.to_string())).unwrap();
     rx.await.unwrap().expect("the compaction succeeds");
-    idle().await;
+    c.idle().await;
 }
 
 /// Both sides' summary request bodies on a model with `window`, the history summary first.
@@ -321,48 +310,14 @@ impl pi_core::agent::EventSink for Collect {
 /// `compaction_start` on.
 async fn our_compact_events(dir: &Path, mock: &MockModel) -> Vec<Value> {
     let model = mock.completions_model(128_000, 4_096);
-    let writer = SessionWriter::create(
-        &dir.join("sessions"),
-        dir,
-        &model.provider,
-        &model.id,
-        "off",
-    )
-    .unwrap();
-    let writer = Arc::new(std::sync::Mutex::new(writer));
-    let mut cfg = AgentConfig::new(model, "You are a helper.".into(), Vec::new());
-    cfg.retry.policy = pi_ai::RetryPolicy {
-        max_retries: 3,
-        base_delay: Duration::from_millis(10),
-        max_delay: Duration::from_secs(60),
-        jitter: 0.0,
-    };
-    cfg.compaction = Some(CompactionConfig {
-        settings: CompactionSettings {
-            keep_recent_tokens: 1,
-            reserve_tokens: RESERVE,
-            ..CompactionSettings::default()
-        },
-        compactor: Arc::new(SessionCompactor::new(writer.clone())),
-    });
-    let agent = Agent::new(cfg, Vec::new());
-    let idle = || async {
-        tokio::time::timeout(Duration::from_secs(30), agent.wait_for_idle())
-            .await
-            .expect("the agent did not become idle")
-    };
-    for text in PROMPTS {
-        agent.prompt(vec![Message::user_text(text)]).unwrap();
-        idle().await;
-        for m in agent.messages().iter().rev().take(2).rev() {
-            writer.lock().unwrap().append_message(m).unwrap();
-        }
-    }
+    let c = ours(dir, model, Some(retry_policy(10)));
+    c.converse(&PROMPTS).await;
+    let agent = &c.agent;
     let seen = Arc::new(Collect::default());
     let _sub = agent.subscribe(seen.clone());
     let (_, _, rx) = agent.compact(None).unwrap();
     let _ = rx.await.unwrap();
-    idle().await;
+    c.idle().await;
     let all = seen.0.lock().unwrap().clone();
     all
 }
@@ -470,5 +425,163 @@ async fn a_failed_history_summary_stops_before_the_turn_prefix_as_pi_1_6_does() 
             .unwrap()
             .starts_with("Compaction failed: Summarization failed: 400"),
         "{ours:#?}"
+    );
+}
+
+/// The summaries' retry wait on both sides for the abort comparison: long enough to abort in.
+const ABORT_WAIT_MS: u64 = 3_000;
+
+/// The types of the entries of the session file(s) under `dir`, in order.
+fn stored_types(dir: &Path) -> Vec<String> {
+    let mut types = Vec::new();
+    for f in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = f.path();
+        if p.is_dir() {
+            types.extend(stored_types(&p));
+        } else if p.extension().is_some_and(|e| e == "jsonl") {
+            for line in std::fs::read_to_string(&p).unwrap().lines() {
+                let v: Value = serde_json::from_str(line).unwrap();
+                let role = v["message"]["role"].as_str().map(|r| format!(":{r}"));
+                types.push(format!(
+                    "{}{}",
+                    v["type"].as_str().unwrap(),
+                    role.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    types
+}
+
+/// Pi 1.6.0 in RPC mode: the two prompts, then `compact` whose summary request fails with a
+/// 500; `abort` sent once `summarization_retry_scheduled` arrived (during the wait). Every
+/// event from `compaction_start` to the compaction's response (responses left out), and the
+/// stored entries' types.
+fn pi_compact_aborted(pi: &Path, dir: &Path, mock: &MockModel) -> (Vec<Value>, Vec<String>) {
+    let (agent, home, ws) = (dir.join("agent"), dir.join("home"), dir.join("ws"));
+    for d in [&agent, &home, &ws] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let mut settings = retry_settings();
+    settings["retry"]["baseDelayMs"] = json!(ABORT_WAIT_MS);
+    std::fs::write(agent.join("models.json"), mock.models_json().to_string()).unwrap();
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let mut cmd = pi_command(pi, &ws, &agent, &home, ["--no-tools", "--session-dir"]);
+    cmd.arg(dir.join("sessions"))
+        .env("PI_PACKAGE_DIR", pi_e2e::pi16_package(pi));
+    let mut p = PiRpc::spawn(cmd);
+    // Each run to its `agent_settled`: a compaction sent before it would abort the run
+    // first (Pi's `compact()` calls `abort()`), adding that run's `agent_settled {aborted}`.
+    for text in PROMPTS {
+        p.prompt(text);
+    }
+    let mut events = p.call(json!({"type": "compact"}), |v| {
+        v["type"] == "summarization_retry_scheduled"
+    });
+    events.extend(p.call(json!({"type": "abort"}), |v| {
+        v["type"] == "response" && v["command"] == "compact"
+    }));
+    p.close();
+    let from = events
+        .iter()
+        .position(|v| v["type"] == "compaction_start")
+        .unwrap();
+    let events = events[from..]
+        .iter()
+        .filter(|v| v["type"] != "response")
+        .cloned()
+        .collect();
+    (events, stored_types(&dir.join("sessions")))
+}
+
+/// pi-lsp's agent as [`pi_compact_aborted`] drives Pi: the two prompts, a manual compaction
+/// whose summary request fails with a 500, and `abort` (what `agent/abort` calls) once
+/// `summarization_retry_scheduled` was sent. Every event from `compaction_start` on, and the
+/// stored entries' types.
+async fn our_compact_aborted(dir: &Path, mock: &MockModel) -> (Vec<Value>, Vec<String>) {
+    let model = mock.completions_model(128_000, 4_096);
+    let c = ours(dir, model, Some(retry_policy(ABORT_WAIT_MS)));
+    c.converse(&PROMPTS).await;
+    let agent = &c.agent;
+    let seen = Arc::new(Collect::default());
+    let _sub = agent.subscribe(seen.clone());
+    let (_, _, rx) = agent.compact(None).unwrap();
+    let scheduled = || {
+        seen.0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "summarization_retry_scheduled")
+    };
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !scheduled() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("no summarization_retry_scheduled");
+    assert!(agent.abort(), "nothing to abort");
+    let _ = rx.await.unwrap();
+    c.idle().await;
+    let all = seen.0.lock().unwrap().clone();
+    (all, stored_types(&dir.join("sessions")))
+}
+
+/// Case (c): an abort during a summary retry's wait ends the compaction as Pi 1.6.0's RPC
+/// ends it: `compaction_start`, `summarization_retry_scheduled` (attempt 1 of 3, the wait,
+/// the 500's words), `summarization_retry_finished`, `compaction_end {aborted: true}` without
+/// an error or result — every event whole and the same on both sides (pi-lsp's agent then
+/// adds its `agent_settled`) — no second summary request, and no compaction stored (the same
+/// entries on both sides).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_during_a_summary_retry_wait_ends_the_compaction_as_pi_1_6_does() {
+    if pi_e2e::pi16_bin(WHAT).is_none() {
+        return;
+    }
+    let pi = pi_e2e::pi16_bin(WHAT).unwrap();
+    let tmp = TempDir::new("compaction-pi16-abort");
+    let boom = || vec![http_error(500, "summary boom"); 4];
+    let pi_mock = failing_mock(boom()).await;
+    let dir = tmp.path().join("pi");
+    let (theirs, their_entries) =
+        tokio::task::block_in_place(|| pi_compact_aborted(&pi, &dir, &pi_mock));
+    let our_mock = failing_mock(boom()).await;
+    let (ours, our_entries) = our_compact_aborted(&tmp.path().join("ours"), &our_mock).await;
+    let expected = vec![
+        json!({"type": "compaction_start", "reason": "manual"}),
+        json!({"type": "summarization_retry_scheduled", "attempt": 1, "maxAttempts": 3,
+               "delayMs": ABORT_WAIT_MS, "errorMessage": "500: {\"message\":\"summary boom\"}"}),
+        json!({"type": "summarization_retry_finished"}),
+        json!({"type": "compaction_end", "reason": "manual", "aborted": true, "willRetry": false}),
+    ];
+    assert_eq!(Value::from(theirs), Value::from(expected.clone()));
+    // pi-lsp's agent then says it is idle (`agent_settled`, as after every piece of its work);
+    // Pi 1.6 emits it only at the end of a prompt's run, so its RPC has none here.
+    let mut ours_expected = expected;
+    ours_expected.push(json!({"type": "agent_settled", "aborted": true}));
+    assert_eq!(Value::from(ours), Value::from(ours_expected));
+    assert_eq!(
+        (summaries(&our_mock).len(), summaries(&pi_mock).len()),
+        (1, 1)
+    );
+    // Pi stores its system message (`message:system`) ahead of the first prompt; the rest is
+    // the same: no compaction entry.
+    let conversation = |e: &[String]| -> Vec<String> {
+        e.iter()
+            .filter(|t| {
+                t.starts_with("message:") && *t != "message:system" || t.contains("compaction")
+            })
+            .cloned()
+            .collect()
+    };
+    assert_eq!(conversation(&our_entries), conversation(&their_entries));
+    assert_eq!(
+        conversation(&our_entries),
+        [
+            "message:user",
+            "message:assistant",
+            "message:user",
+            "message:assistant"
+        ]
     );
 }

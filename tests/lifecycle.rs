@@ -171,14 +171,14 @@ fn assert_aborted_tool_run(lines: &[Value], pids: &[i32]) {
     assert_aborted_assistant(&lines[n - 1], json!([]));
 }
 
-/// `entry` is the aborted assistant message with `content`, as Pi writes it: `Request was
-/// aborted.` for the request that followed an aborted tool call (aborted before any answer, the
-/// SDK's text), `Request was aborted` for a stream cut while it was read.
+/// `entry` is the aborted assistant message with `content`, as Pi 1.6.0 writes it: `Request
+/// aborted` for the request that followed an aborted tool call (aborted before any answer),
+/// `Request was aborted` for a chat-completions stream cut while it was read.
 /// A stream cut while it was read also keeps the response id it had streamed, as Pi does.
 fn assert_aborted_assistant(entry: &Value, content: Value) {
     let before_answer = content == json!([]);
     let error = if before_answer {
-        "Request was aborted."
+        "Request aborted"
     } else {
         "Request was aborted"
     };

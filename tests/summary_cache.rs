@@ -9,12 +9,15 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use pi_ai::{Api, Message, Model};
-use pi_core::agent::{Agent, AgentConfig, CompactionConfig, CompactionSettings};
-use pi_core::compaction::{SessionCompactor, SUMMARIZATION_SYSTEM_PROMPT};
-use pi_core::session::{read_tree, SessionWriter};
+#[path = "support/compacting.rs"]
+mod compacting;
+
+use compacting::{compacting_agent, is_summary};
+use pi_ai::{Api, Model};
+use pi_core::agent::CompactionSettings;
+use pi_core::compaction::SUMMARIZATION_SYSTEM_PROMPT;
+use pi_core::session::read_tree;
 use pi_e2e::headless::{assert_success, Headless};
 use pi_e2e::mock_model::{MockModel, Recorded, Step};
 use pi_e2e::TempDir;
@@ -42,10 +45,6 @@ const SUMMARIES: [(&str, u64); 3] = [
         4_096,
     ),
 ];
-
-fn is_summary(body: &Value) -> bool {
-    body.to_string().contains("context summarization assistant")
-}
 
 /// Every `cache_control` in `body` with where it is (a JSON pointer), in document order.
 fn marks(body: &Value) -> Vec<(String, Value)> {
@@ -145,38 +144,18 @@ async fn converse_compact_and_summarise(dir: &Path, mock: &MockModel, model: Mod
     mock.set_responder(Arc::new(|body: &Value| {
         is_summary(body).then(|| Step::text("SUMMARY"))
     }));
-    let sessions = dir.join(".pi/sessions");
-    let writer = SessionWriter::create(&sessions, dir, &model.provider, &model.id, "off").unwrap();
-    let path = writer.path().to_path_buf();
-    let writer = Arc::new(std::sync::Mutex::new(writer));
-    let mut cfg = AgentConfig::new(model.clone(), "You are a helper.".into(), Vec::new());
-    cfg.session_id = Some(SESSION.into());
-    cfg.retry.enabled = false;
-    cfg.compaction = Some(CompactionConfig {
-        settings: CompactionSettings {
-            keep_recent_tokens: 1,
-            ..CompactionSettings::default()
-        },
-        compactor: Arc::new(SessionCompactor::new(writer.clone())),
-    });
-    let agent = Agent::new(cfg, Vec::new());
-    let idle = || async {
-        tokio::time::timeout(Duration::from_secs(30), agent.wait_for_idle())
-            .await
-            .expect("the agent did not become idle")
+    let settings = CompactionSettings {
+        keep_recent_tokens: 1,
+        ..CompactionSettings::default()
     };
-    for text in ["First question?", "Second question?"] {
-        agent.prompt(vec![Message::user_text(text)]).unwrap();
-        idle().await;
-        // The conversation as the file holds it, for the compaction and the branch summary.
-        for m in agent.messages().iter().rev().take(2).rev() {
-            writer.lock().unwrap().append_message(m).unwrap();
-        }
-    }
+    let sessions = dir.join(".pi/sessions");
+    let c = compacting_agent(dir, &sessions, model.clone(), None, settings, Some(SESSION));
+    c.converse(&["First question?", "Second question?"]).await;
+    let (agent, path) = (&c.agent, &c.path);
     let (_, _, rx) = agent.compact(None).unwrap();
     rx.await.unwrap().expect("the compaction succeeds");
-    idle().await;
-    let (tree, _) = read_tree(&path, false).unwrap();
+    c.idle().await;
+    let (tree, _) = read_tree(path, false).unwrap();
     let leaf = tree.last_id().unwrap().to_string();
     let branch = tree.path(&leaf);
     let never = pi_ai::StreamOptions::default().cancel;

@@ -1,8 +1,10 @@
 """Shared by the SDK flows: the loopback scripted model (the `mock-model` binary,
 tests/bin/mock_model.rs: $PI_MOCK_MODEL_BIN, else built by tests/mock-model-path) and a
 workspace + agent dir whose models.json points at it."""
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -37,6 +39,10 @@ def tool_result_sent(tmp, call_id):
 
 def setup(name):
     tmp = Path(tempfile.mkdtemp(prefix=f"pi-acp-{name}-"))
+    # Removed when this process ends (ts_flow.mjs, which leaves with os._exit, removes it itself).
+    atexit.register(shutil.rmtree, tmp, True)
+    # The agent's temp folder (a cut command's full output, sandbox folders) inside it.
+    (tmp / "tmp").mkdir()
     ws = tmp / "ws"
     ws.mkdir()
     agent = tmp / "agent"
@@ -49,5 +55,7 @@ def setup(name):
         "baseUrl": f"http://127.0.0.1:{port}/v1", "api": "openai-completions", "apiKey": "k",
         "compat": {"supportsDeveloperRole": False},
         "models": [{"id": "mock-1", "contextWindow": 128000, "maxTokens": 4096}]}}}))
-    env = dict(os.environ, PI_CODING_AGENT_DIR=str(agent), ANTHROPIC_API_KEY="", OPENAI_API_KEY="")
+    t = str(tmp / "tmp")
+    env = dict(os.environ, PI_CODING_AGENT_DIR=str(agent), ANTHROPIC_API_KEY="", OPENAI_API_KEY="",
+               TMPDIR=t, TMP=t, TEMP=t)
     return tmp, ws, env, mock

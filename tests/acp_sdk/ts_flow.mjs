@@ -39,13 +39,16 @@ sys.stdout.flush()
 import os; os._exit(0)
 `], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
 const { ws, tmp, agent, pid, command: terminalCommand, result: terminalResult } = JSON.parse(made.stdout.trim().split("\n").pop());
-// The loopback model goes with this process, whatever ends it (a failed assertion too).
+// The loopback model and the folders go with this process, whatever ends it (a failed
+// assertion too).
 process.on("exit", () => {
   try {
     process.kill(pid);
   } catch {}
+  fs.rmSync(tmp, { recursive: true, force: true });
 });
-const env = { ...process.env, PI_CODING_AGENT_DIR: agent, ANTHROPIC_API_KEY: "", OPENAI_API_KEY: "" };
+const agentTmp = path.join(tmp, "tmp");
+const env = { ...process.env, PI_CODING_AGENT_DIR: agent, ANTHROPIC_API_KEY: "", OPENAI_API_KEY: "", TMPDIR: agentTmp, TMP: agentTmp, TEMP: agentTmp };
 
 // A client's terminals: each really runs the command line it is given (stdin closed, stdout
 // and stderr in one buffer, the client's environment plus the request's env, in its cwd).

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::lsp_client::agent_env;
+use crate::lsp_client::{agent_env, child_tmp, tmp_env};
 use crate::{pi_lsp_bin, TempDir};
 
 /// One headless test's folders: `<tmp>/ws` (the workspace, created empty) and `<tmp>/agent`
@@ -93,7 +93,8 @@ pub fn pi_bare_command(pi: &Path, ws: &Path, agent: &Path, home: &Path) -> Comma
     cmd.current_dir(ws)
         .env("PI_OFFLINE", "1")
         .env("PI_CODING_AGENT_DIR", agent)
-        .env("HOME", home);
+        .env("HOME", home)
+        .envs(tmp_env(&child_tmp(agent)));
     cmd
 }
 

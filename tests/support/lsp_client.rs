@@ -5,7 +5,7 @@
 //! `agent/saveDocument` writes the buffer to disk) and records every message it receives.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -1002,12 +1002,14 @@ pub fn agent_env(
 ) -> Vec<(&'static str, String)> {
     std::fs::create_dir_all(agent_dir).unwrap();
     std::fs::write(agent_dir.join("models.json"), models.to_string()).unwrap();
+    let tmp = child_tmp(agent_dir);
     let mut env = vec![
         ("PI_CODING_AGENT_DIR", agent_dir.display().to_string()),
         ("ANTHROPIC_API_KEY", String::new()),
         ("OPENAI_API_KEY", String::new()),
         ("PI_LSP_LOG", "info".to_string()),
     ];
+    env.extend(tmp_env(&tmp));
     for (k, v) in extra {
         match env.iter_mut().find(|(ek, _)| ek == k) {
             Some(e) => e.1 = v.to_string(),
@@ -1015,6 +1017,26 @@ pub fn agent_env(
         }
     }
     env
+}
+
+/// The temporary folder of a child started with the agent dir `agent_dir`: `tmp` beside it
+/// (created), inside the test's own [`crate::TempDir`], so what the child leaves in its temp
+/// folder (a cut command's `pi-bash-*.log`, sandbox folders, Pi's own spill files) goes with
+/// the test's folders instead of staying in the system's temp folder.
+pub fn child_tmp(agent_dir: &Path) -> PathBuf {
+    let tmp = match agent_dir.parent() {
+        Some(p) => p.join("tmp"),
+        None => agent_dir.join("tmp"),
+    };
+    std::fs::create_dir_all(&tmp).unwrap();
+    tmp
+}
+
+/// The variables naming `tmp` as a child's temporary folder: `TMPDIR` (Unix, Node's
+/// `os.tmpdir()`), `TMP` and `TEMP` (Windows).
+pub fn tmp_env(tmp: &Path) -> [(&'static str, String); 3] {
+    let t = tmp.display().to_string();
+    [("TMPDIR", t.clone()), ("TMP", t.clone()), ("TEMP", t)]
 }
 
 /// Starts the real `pi-lsp` on workspace `ws` with `mock`'s models.json in `ws/../agent`.

@@ -26,10 +26,44 @@ use crate::types::{AssistantMessage, StopReason};
 /// cut while its body was read (Pi's providers: `throw new Error("Request was aborted")`).
 pub const ABORTED_TEXT: &str = "Request was aborted";
 
-/// Text of [`ProviderError::AbortedBeforeResponse`]: Pi 0.73.1's text for a request aborted
-/// before the provider answered (the OpenAI and Anthropic SDKs' `APIUserAbortError`), e.g. the
-/// request after a tool call the user aborted.
-pub const ABORTED_BEFORE_RESPONSE_TEXT: &str = "Request was aborted.";
+/// Text of [`ProviderError::AbortedBeforeResponse`]: Pi 1.6.0's `errorMessage` for a request
+/// aborted before the provider answered, on every wire (pi-ai's `retryProviderRequest` turns
+/// the SDK's abort into its `createAbortError()`), e.g. the request after a tool call the user
+/// aborted.
+pub const ABORTED_BEFORE_RESPONSE_TEXT: &str = "Request aborted";
+
+/// Pi 0.73.1's text for a request aborted before the provider answered (the OpenAI and
+/// Anthropic SDKs' `APIUserAbortError`), still read back as [`ProviderError::AbortedBeforeResponse`].
+pub const ABORTED_BEFORE_RESPONSE_TEXT_0_73: &str = "Request was aborted.";
+
+/// Pi 1.6.0's `errorMessage` for an `anthropic-messages` stream aborted while its body was
+/// read: the fetch body read's `AbortError` (Node's words), which pi-ai passes on.
+pub const ANTHROPIC_ABORTED_TEXT: &str = "This operation was aborted";
+
+/// Pi 1.6.0's `errorMessage` for an `openai-responses` stream aborted while its body was read:
+/// the SDK's stream ends quietly on an abort, and pi-ai's end-of-stream check words it.
+pub const RESPONSES_ABORTED_TEXT: &str =
+    "OpenAI Responses stream ended before a terminal response event";
+
+/// The `errorMessage` Pi 1.6.0 stores for an abort (`failure` [`ProviderError::Aborted`] or
+/// [`ProviderError::AbortedBeforeResponse`]) of a request on wire `api` (the message's `api`
+/// string); `None` for any other failure (its [`ProviderError::message`] is stored). Before
+/// the response: [`ABORTED_BEFORE_RESPONSE_TEXT`] on every wire. While the body was read:
+/// [`ANTHROPIC_ABORTED_TEXT`] (`anthropic-messages`), [`RESPONSES_ABORTED_TEXT`]
+/// (`openai-responses`), else [`ABORTED_TEXT`] (`openai-completions`: pi-ai checks the signal
+/// between chunks and throws `Request was aborted`). Measured against Pi 1.6.0's RPC `abort`
+/// on the loopback model, per wire, before the status line and mid-stream.
+pub fn abort_error_message(failure: &ProviderError, api: &str) -> Option<&'static str> {
+    match failure {
+        ProviderError::AbortedBeforeResponse => Some(ABORTED_BEFORE_RESPONSE_TEXT),
+        ProviderError::Aborted => Some(match api {
+            "anthropic-messages" => ANTHROPIC_ABORTED_TEXT,
+            "openai-responses" => RESPONSES_ABORTED_TEXT,
+            _ => ABORTED_TEXT,
+        }),
+        _ => None,
+    }
+}
 
 /// A typed failure of one model request.
 ///
@@ -100,9 +134,9 @@ pub enum ProviderError {
     /// The request was cancelled through `StreamOptions::cancel` while its answer streamed.
     #[error("Request was aborted")]
     Aborted,
-    /// The request was cancelled before the provider answered (Pi's text has a final period
-    /// then, [`ABORTED_BEFORE_RESPONSE_TEXT`]). Its class and stop reason are `aborted`.
-    #[error("Request was aborted.")]
+    /// The request was cancelled before the provider answered (Pi 1.6's text then:
+    /// [`ABORTED_BEFORE_RESPONSE_TEXT`]). Its class and stop reason are `aborted`.
+    #[error("Request aborted")]
     AbortedBeforeResponse,
 }
 
@@ -582,10 +616,10 @@ pub fn classify_stream_error(kind: Option<&str>, text: &str) -> ProviderError {
 pub fn classify_text(text: &str) -> ProviderError {
     let message = crate::keys::redact(text);
     let status = http_status(text);
-    if text == ABORTED_TEXT {
+    if text == ABORTED_TEXT || text == ANTHROPIC_ABORTED_TEXT {
         return ProviderError::Aborted;
     }
-    if text == ABORTED_BEFORE_RESPONSE_TEXT {
+    if text == ABORTED_BEFORE_RESPONSE_TEXT || text == ABORTED_BEFORE_RESPONSE_TEXT_0_73 {
         return ProviderError::AbortedBeforeResponse;
     }
     if matches!(status, None | Some(400 | 413 | 422)) && is_image_too_large_text(text) {

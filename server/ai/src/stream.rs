@@ -923,7 +923,11 @@ impl MessageBuilder {
         let message = {
             let mut m = settled(&self.message, &self.held);
             m.stop_reason = reason;
-            m.error_message = Some(failure.message());
+            // An abort in the words Pi 1.6 stores for the message's wire.
+            m.error_message = Some(match crate::errors::abort_error_message(&failure, &m.api) {
+                Some(words) => words.to_string(),
+                None => failure.message(),
+            });
             m.clone()
         };
         let _ = self

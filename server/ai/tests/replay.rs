@@ -823,7 +823,7 @@ async fn abort_before_the_stream() {
         last.terminal_message().unwrap().stop_reason,
         StopReason::Aborted
     );
-    // Pi's SDKs' text for a request aborted before any answer: `Request was aborted.`.
+    // Pi 1.6.0's text for a request aborted before any answer: `Request aborted`.
     assert_eq!(
         (
             last.failure(),
@@ -831,9 +831,80 @@ async fn abort_before_the_stream() {
         ),
         (
             Some(&ProviderError::AbortedBeforeResponse),
-            Some("Request was aborted.")
+            Some("Request aborted")
         )
     );
+}
+
+/// The first text delta of each wire, then nothing for 30 s (the abort comes before it ends).
+fn first_text_delta(api: &str) -> Vec<u8> {
+    match api {
+        "anthropic-messages" => b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_a\",\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Let me \"}}\n\n"
+            .to_vec(),
+        "openai-responses" => b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_a\"}}\n\n\
+event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"msg_a\",\"role\":\"assistant\",\"content\":[]}}\n\n\
+event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"item_id\":\"msg_a\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\"}}\n\n\
+event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_a\",\"output_index\":0,\"content_index\":0,\"delta\":\"Let me \"}\n\n"
+            .to_vec(),
+        _ => b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Let me \"}}]}\n\n".to_vec(),
+    }
+}
+
+/// Issue 29 (f): an abort's `errorMessage` per wire as Pi 1.6.0 stores it (its RPC `abort` on
+/// the loopback model): before the status line `Request aborted` on every wire (pi-ai's
+/// `retryProviderRequest`); mid-stream `Request was aborted` (openai-completions), `This
+/// operation was aborted` (anthropic-messages: the body read's AbortError), `OpenAI Responses
+/// stream ended before a terminal response event` (openai-responses). The streamed text is
+/// kept and the stop reason is `aborted` either way.
+#[tokio::test]
+async fn abort_error_message_per_wire_is_pi_1_6_s() {
+    let wires = [
+        ("openai-completions", "Request was aborted"),
+        ("anthropic-messages", "This operation was aborted"),
+        (
+            "openai-responses",
+            "OpenAI Responses stream ended before a terminal response event",
+        ),
+    ];
+    for (api, mid_stream) in wires {
+        // Mid-stream: aborted at the first text delta.
+        let mut reply = sse(vec![first_text_delta(api), b"\n".to_vec()]);
+        reply.gap = Duration::from_secs(30);
+        let (base, _) = serve(vec![reply]).await;
+        let opts = StreamOptions::default();
+        let cancel = opts.cancel.clone();
+        let mut s = pi_ai::stream(&model(api, base), &go(), opts);
+        let mut last = None;
+        while let Some(e) = s.next().await {
+            if let AssistantEvent::TextDelta { .. } = e {
+                cancel.cancel();
+            }
+            last = Some(e);
+        }
+        let m = last.unwrap().terminal_message().unwrap().clone();
+        assert_eq!(
+            (m.text(), m.stop_reason, m.error_message.as_deref()),
+            ("Let me ".to_string(), StopReason::Aborted, Some(mid_stream)),
+            "{api}"
+        );
+        // Before the response: aborted before the request went out.
+        let opts = StreamOptions::default();
+        opts.cancel.cancel();
+        let (base, _) = serve(vec![sse(vec![])]).await;
+        let mut s = pi_ai::stream(&model(api, base), &go(), opts);
+        let mut last = None;
+        while let Some(e) = s.next().await {
+            last = Some(e);
+        }
+        let m = last.unwrap().terminal_message().unwrap().clone();
+        assert_eq!(
+            (m.text(), m.stop_reason, m.error_message.as_deref()),
+            (String::new(), StopReason::Aborted, Some("Request aborted")),
+            "{api}"
+        );
+    }
 }
 
 /// Conformance exercise 5 (docs/design.md#conformance-exercises): a conversation recorded via Anthropic (thinking with signature, two

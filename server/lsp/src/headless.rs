@@ -419,8 +419,8 @@ impl SessionListener for PrintSink {
                     error_message,
                 } => {
                     eprintln!(
-                        "pi-lsp: {error_message}; retrying ({attempt}/{max_attempts}) in {:.1} s",
-                        *delay_ms as f64 / 1000.0
+                        "{}",
+                        retry_line("", error_message, *attempt, *max_attempts, *delay_ms)
                     );
                 }
                 AgentEvent::SummarizationRetryScheduled {
@@ -430,8 +430,14 @@ impl SessionListener for PrintSink {
                     error_message,
                 } => {
                     eprintln!(
-                        "pi-lsp: summary request failed: {error_message}; retrying ({attempt}/{max_attempts}) in {:.1} s",
-                        *delay_ms as f64 / 1000.0
+                        "{}",
+                        retry_line(
+                            "summary request failed: ",
+                            error_message,
+                            *attempt,
+                            *max_attempts,
+                            *delay_ms
+                        )
                     );
                 }
                 AgentEvent::EntryAppended { entry }
@@ -971,4 +977,31 @@ async fn run_session(
 #[allow(clippy::print_stdout)]
 pub fn print_out(text: &str) {
     print!("{text}");
+}
+
+/// The stderr line of a scheduled retry (an answer's `auto_retry_start`, a summary's
+/// `summarization_retry_scheduled`): `pi-lsp: {what}{error}; retrying ({attempt}/{max}) in
+/// {seconds, one decimal} s`; `what` names the request when it is not the answer (empty for it).
+fn retry_line(what: &str, error: &str, attempt: u32, max_attempts: u32, delay_ms: u64) -> String {
+    format!(
+        "pi-lsp: {what}{error}; retrying ({attempt}/{max_attempts}) in {:.1} s",
+        delay_ms as f64 / 1000.0
+    )
+}
+
+#[cfg(test)]
+mod retry_line_tests {
+    use super::retry_line;
+
+    #[test]
+    fn both_retry_lines_share_one_shape() {
+        assert_eq!(
+            retry_line("", "500: boom", 1, 3, 2_000),
+            "pi-lsp: 500: boom; retrying (1/3) in 2.0 s"
+        );
+        assert_eq!(
+            retry_line("summary request failed: ", "500: boom", 2, 3, 4_300),
+            "pi-lsp: summary request failed: 500: boom; retrying (2/3) in 4.3 s"
+        );
+    }
 }

@@ -5,11 +5,11 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as vscode from "vscode";
 import { callOfLabel, ChangeTracker } from "../../src/extension/changes";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { DELETE_CHECK_MS } from "../../src/extension/changes";
 import { editDocument, fileDeleted, openDocument, Uri } from "./fake-vscode";
+import { tempDir } from "./tempdir";
 
 const log = { info() {}, debug() {}, warn() {}, error() {}, trace() {} } as unknown as vscode.LogOutputChannel;
 
@@ -77,7 +77,7 @@ test("callOfLabel reads the tool call and the session of the server's labels", (
 });
 
 test("a file under review deleted on disk leaves the Changes view (its session's node too); one replaced at once stays", async () => {
-  const dir = mkdtempSync(join(tmpdir(), "pi-changes-"));
+  const dir = tempDir("pi-changes-");
   const gone = join(dir, "gone.txt");
   const replaced = join(dir, "replaced.txt");
   writeFileSync(gone, "g = 1\n");

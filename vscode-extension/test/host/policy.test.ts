@@ -4,6 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { POLICY_ITEMS, policyNotice } from "../../src/extension/policy";
+import { tempDir } from "./tempdir";
 
 test("the notification after setting a session's approval policy says in plain words what Pi will do", () => {
   assert.deepEqual(
@@ -28,8 +29,7 @@ test("the approval policy quick pick uses the pi.approvalPolicy setting's descri
 
 test("Set Approval Policy says where the choice goes and what wins over it; the settings files keep their other keys", async () => {
   const { scopeItems, writePiSetting } = await import("../../src/extension/policy");
-  const { mkdtempSync, writeFileSync } = await import("node:fs");
-  const { tmpdir } = await import("node:os");
+  const { writeFileSync } = await import("node:fs");
   const { join } = await import("node:path");
   assert.deepEqual(
     scopeItems(true, "ask", "/w/.pi/settings.json", "/h/.pi/agent/settings.json").map((i) => [i.label, i.description, i.detail, i.scope]),
@@ -41,7 +41,7 @@ test("Set Approval Policy says where the choice goes and what wins over it; the 
   );
   // No session open: no session scope; no editor setting: nothing wins over the files.
   assert.deepEqual(scopeItems(false, "default", "/w/p", "/h/u").map((i) => [i.scope, i.detail.includes("wins over it")]), [["workspace", false], ["user", false]]);
-  const dir = mkdtempSync(join(tmpdir(), "pi-policy-"));
+  const dir = tempDir("pi-policy-");
   const file = join(dir, ".pi", "settings.json");
   writePiSetting(file, "approvalPolicy", "ask");
   assert.equal(readFileSync(file, "utf8"), '{\n  "approvalPolicy": "ask"\n}\n');

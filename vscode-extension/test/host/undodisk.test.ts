@@ -4,13 +4,13 @@
 // user's unsaved lines.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, statSync, utimesSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as vscode from "vscode";
 import { FileChanges } from "../../src/extension/hunks";
 import { mergeOntoDisk, UnsavedChanges } from "../../src/extension/unsaved";
 import { Uri, willSaveDocument } from "./fake-vscode";
+import { tempDir } from "./tempdir";
 
 const saved = "one\ntwo\nthree\nfour\nfive\n";
 
@@ -28,7 +28,7 @@ function scene() {
 
 test("the review's Undo with unsaved user changes: the disk loses the agent's hunk and gets none of the user's lines", () => {
   const { withAgent, diskAfterMerge, r } = scene();
-  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const dir = tempDir("pi-undodisk-");
   const file = join(dir, "notes.txt");
   writeFileSync(file, diskAfterMerge);
   utimesSync(file, new Date(1_700_000_000_000), new Date(1_700_000_000_000));
@@ -55,7 +55,7 @@ test("an agent change kept in the buffer only (not on disk) or next to the user'
   const disk = "one\ntwo\nthree\n";
   const start = buffer.indexOf("two");
   assert.equal(mergeOntoDisk(buffer, disk, [{ start, end: start + "two (mine, agent)\n".length, text: "two (mine)\n" }]), undefined);
-  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const dir = tempDir("pi-undodisk-");
   const file = join(dir, "kept.txt");
   writeFileSync(file, saved);
   const u = new UnsavedChanges();
@@ -84,7 +84,7 @@ test("several hunks undone at once (Undo File) land on the disk's text at their 
 test("through the review (ChangeTracker.undoHunk): a dirty document's Undo writes only the undo to disk and is not saved", async () => {
   const { ChangeTracker } = await import("../../src/extension/changes");
   const { editDocument, openDocument } = await import("./fake-vscode");
-  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const dir = tempDir("pi-undodisk-");
   const file = join(dir, "notes.txt");
   const uri = Uri.file(file);
   const typed = "one\nmine, unsaved\ntwo\nthree\nfour\nfive\n";
@@ -117,7 +117,7 @@ test("through the review (ChangeTracker.undoHunk): a dirty document's Undo write
 async function cleanScene(name: string) {
   const { ChangeTracker } = await import("../../src/extension/changes");
   const { openDocument } = await import("./fake-vscode");
-  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const dir = tempDir("pi-undodisk-");
   const file = join(dir, name);
   const uri = Uri.file(file);
   const withAgent = "one\ntwo\nthree\nFOUR (agent)\nfive\n";
@@ -196,7 +196,7 @@ test("the editor's Undo / Redo of an agent edit carries it to disk, never the us
   const { editDocument, openDocument, undoDocument, TextDocumentChangeReason } = await import("./fake-vscode");
   const { withAgent, diskAfterMerge } = scene();
   const typed = "one\nmine, unsaved\ntwo\nthree\nfour\nfive\n";
-  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const dir = tempDir("pi-undodisk-");
   const file = join(dir, "undo-redo.txt");
   const uri = Uri.file(file);
   writeFileSync(file, diskAfterMerge);

@@ -3,15 +3,15 @@
 // VS Code read just before that save writes.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, statSync, utimesSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as vscode from "vscode";
 import { UnsavedChanges } from "../../src/extension/unsaved";
 import { Uri, willSaveDocument } from "./fake-vscode";
+import { tempDir } from "./tempdir";
 
 test("the user's own save after agent/didMergeToDisk finds the file at the time VS Code read; the agent's save forgets it", () => {
-  const dir = mkdtempSync(join(tmpdir(), "pi-unsaved-"));
+  const dir = tempDir("pi-unsaved-");
   const file = join(dir, "notes.md");
   writeFileSync(file, "read by the editor\n");
   utimesSync(file, new Date(1_700_000_000_123), new Date(1_700_000_000_123));

@@ -672,7 +672,7 @@ pub(crate) async fn open_sse(
     let req = req.body(body);
     let resp = tokio::select! {
         biased;
-        // Pi's SDKs say `Request was aborted.` for a request aborted before any answer.
+        // Pi 1.6 says `Request aborted` for a request aborted before any answer.
         _ = cancel.cancelled() => return Err(ProviderError::AbortedBeforeResponse),
         r = tokio::time::timeout(first_byte, req.send()) => match r {
             Err(_) => return Err(ProviderError::Network {
