@@ -100,6 +100,34 @@ impl PartialEq<Api> for String {
 /// The wire format of the built-in offline scripted model.
 pub const SCRIPTED_API: Api = Api::Scripted;
 
+/// Token budgets for budget-based thinking per level (Pi 1.6 settings `thinkingBudgets`:
+/// `{minimal, low, medium, high}`, each in tokens). A level left `None` takes Pi's default
+/// (pi-ai `DEFAULT_THINKING_BUDGETS` in `api/simple-options.js`: 1,024 / 2,048 / 8,192 /
+/// 16,384); `xhigh` and `max` use `high`'s (Pi's `clampReasoning`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThinkingBudgets {
+    pub minimal: Option<u64>,
+    pub low: Option<u64>,
+    pub medium: Option<u64>,
+    pub high: Option<u64>,
+}
+
+impl ThinkingBudgets {
+    /// The budget of `level` in tokens (Pi's `thinkingBudgetForLevel`: the defaults overridden
+    /// by the set levels); 0 for `off`.
+    pub fn for_level(&self, level: ThinkingLevel) -> u64 {
+        match level {
+            ThinkingLevel::Off => 0,
+            ThinkingLevel::Minimal => self.minimal.unwrap_or(1_024),
+            ThinkingLevel::Low => self.low.unwrap_or(2_048),
+            ThinkingLevel::Medium => self.medium.unwrap_or(8_192),
+            ThinkingLevel::High | ThinkingLevel::Xhigh | ThinkingLevel::Max => {
+                self.high.unwrap_or(16_384)
+            }
+        }
+    }
+}
+
 /// Per-million-token prices in US dollars.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
@@ -264,6 +292,9 @@ pub struct Model {
     /// the caller sets it from the session or `defaultThinkingLevel`). `None` sends nothing and
     /// leaves the provider's default; ignored for models without `reasoning`.
     pub thinking_level: Option<ThinkingLevel>,
+    /// The budgets budget-based thinking asks for per level (settings `thinkingBudgets`; the
+    /// caller sets them, as it sets `thinking_level`). Default: Pi's.
+    pub thinking_budgets: ThinkingBudgets,
     /// Pi's OpenAI `compat` flags, kept verbatim.
     pub compat: Value,
     /// For the scripted api: the responses to replay.
@@ -290,6 +321,7 @@ impl std::fmt::Debug for Model {
             .field("cost", &self.cost)
             .field("thinking_level_map", &self.thinking_level_map)
             .field("thinking_level", &self.thinking_level)
+            .field("thinking_budgets", &self.thinking_budgets)
             .field("compat", &self.compat)
             .field("script", &self.script.as_ref().map(|_| "…"))
             .finish()
@@ -315,6 +347,7 @@ impl Model {
             cost: ModelCost::default(),
             thinking_level_map: None,
             thinking_level: None,
+            thinking_budgets: ThinkingBudgets::default(),
             compat: Value::Null,
             script: None,
         }
@@ -851,6 +884,7 @@ impl Registry {
             cost: m.cost,
             thinking_level_map: m.thinking_level_map,
             thinking_level: None,
+            thinking_budgets: ThinkingBudgets::default(),
             compat: {
                 // Pi 1.6 (provider-composer `mergeCompat`): the model's keys over the
                 // provider's.

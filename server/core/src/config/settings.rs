@@ -109,6 +109,11 @@ pub struct Settings {
     pub default_model: Option<String>,
     /// `defaultThinkingLevel`.
     pub default_thinking_level: Option<ThinkingLevel>,
+    /// `thinkingBudgets` (`{minimal, low, medium, high}`, tokens): the budgets a
+    /// budget-based thinking request asks for (Pi 1.6's `getThinkingBudgets`, passed to every
+    /// agent request as pi-ai's `thinkingBudgets`; not to summary requests). Unset levels keep
+    /// Pi's defaults.
+    pub thinking_budgets: pi_ai::models::ThinkingBudgets,
     /// `compaction`.
     pub compaction: CompactionSettings,
     /// `branchSummary.reserveTokens`: tokens of the context window a branch summary leaves
@@ -148,6 +153,7 @@ impl Default for Settings {
             default_provider: None,
             default_model: None,
             default_thinking_level: None,
+            thinking_budgets: pi_ai::models::ThinkingBudgets::default(),
             compaction: CompactionSettings::default(),
             branch_summary_reserve_tokens: crate::config::types::DEFAULT_RESERVE_TOKENS,
             retry: RetryConfig::default(),
@@ -384,6 +390,12 @@ impl Settings {
             s.default_provider = t.string("/defaultProvider");
             s.default_model = t.string("/defaultModel");
             s.default_thinking_level = t.parsed("/defaultThinkingLevel", ThinkingLevel::parse);
+            s.thinking_budgets = pi_ai::models::ThinkingBudgets {
+                minimal: t.u64("/thinkingBudgets/minimal"),
+                low: t.u64("/thinkingBudgets/low"),
+                medium: t.u64("/thinkingBudgets/medium"),
+                high: t.u64("/thinkingBudgets/high"),
+            };
             if let Some(b) = t.bool("/compaction/enabled") {
                 s.compaction.enabled = b;
             }

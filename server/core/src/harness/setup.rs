@@ -488,6 +488,8 @@ pub fn agent_config_with(
         crate::prompt::system_prompt_sections(ws.root(), &tools, &resources, extra_guidelines);
     let prompt = crate::prompt::render_sections(&sections);
     let mut cfg = AgentConfig::new(model, prompt, tools);
+    // Pi 1.6 gives the agent's requests settings' `thinkingBudgets` (sdk.js).
+    cfg.model.thinking_budgets = settings.thinking_budgets;
     cfg.prompt_sections = Some(sections.into());
     cfg.retry = settings.retry.to_retry_settings();
     cfg.approval = gate;
