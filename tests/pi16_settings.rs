@@ -68,3 +68,62 @@ async fn thinking_budgets_set_the_anthropic_budget() {
     };
     assert_eq!(got, vec![want(5000), want(1500), want(8192)]);
 }
+
+/// models.json `samplingParams` are merged last into `openai-completions` and
+/// `openai-responses` request bodies, the effective level's `samplingParamsByThinkingLevel`
+/// entry over them, key by key (Pi 1.6.0 on the same files: `temperature` 0.3 and `top_p` 0.9;
+/// at `high`, `temperature` 1 and `top_k` 20 beside `reasoning_effort`; at `low`, no entry:
+/// the model's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_params_are_merged_into_openai_bodies() {
+    let mock = MockModel::start(vec![
+        Step::text("a"),
+        Step::text("b"),
+        Step::text("c"),
+        Step::text("d"),
+    ])
+    .await;
+    let models = json!({"providers": {
+        "mock": {"baseUrl": mock.openai_base(), "api": "openai-completions", "apiKey": "test-key",
+            "compat": {"supportsDeveloperRole": false},
+            "models": [
+                {"id": "plain", "maxTokens": 4096, "samplingParams": {"temperature": 0.3, "top_p": 0.9}},
+                {"id": "think", "maxTokens": 4096, "reasoning": true, "samplingParams": {"temperature": 0.3},
+                 "samplingParamsByThinkingLevel": {"high": {"temperature": 1.0, "top_k": 20}}}]},
+        "mockresp": {"baseUrl": mock.openai_base(), "api": "openai-responses", "apiKey": "test-key",
+            "models": [{"id": "resp", "maxTokens": 4096, "samplingParams": {"temperature": 0.3, "top_p": 0.9}}]}}});
+    let got = request_params(
+        &mock,
+        models,
+        json!({}),
+        &[
+            &["--model", "mock/plain", "hi"],
+            &["--model", "mock/think", "--thinking", "high", "hi"],
+            &["--model", "mock/think", "--thinking", "low", "hi"],
+            &["--model", "mockresp/resp", "hi"],
+        ],
+    );
+    // The Responses body names the session (its id changes from run to run).
+    let mut resp = got[3].clone();
+    let key = resp.as_object_mut().unwrap().remove("prompt_cache_key");
+    assert!(key.as_ref().is_some_and(Value::is_string), "{key:?}");
+    assert_eq!(
+        got[..3],
+        [
+            json!({"model": "plain", "stream": true,
+                   "stream_options": {"include_usage": true}, "store": false, "max_completion_tokens": 4096,
+                   "temperature": 0.3, "top_p": 0.9}),
+            json!({"model": "think", "stream": true,
+                   "stream_options": {"include_usage": true}, "store": false, "max_completion_tokens": 4096,
+                   "reasoning_effort": "high", "temperature": 1.0, "top_k": 20}),
+            json!({"model": "think", "stream": true,
+                   "stream_options": {"include_usage": true}, "store": false, "max_completion_tokens": 4096,
+                   "reasoning_effort": "low", "temperature": 0.3}),
+        ]
+    );
+    assert_eq!(
+        resp,
+        json!({"model": "resp", "stream": true, "store": false, "max_output_tokens": 4096,
+                "temperature": 0.3, "top_p": 0.9})
+    );
+}

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::types::{Cost, Usage};
 
@@ -295,6 +295,12 @@ pub struct Model {
     /// The budgets budget-based thinking asks for per level (settings `thinkingBudgets`; the
     /// caller sets them, as it sets `thinking_level`). Default: Pi's.
     pub thinking_budgets: ThinkingBudgets,
+    /// models.json `samplingParams`: free-form fields merged into every `openai-completions`
+    /// / `openai-responses` request body (Pi 1.6 `docs/models.md`). `None`: none.
+    pub sampling_params: Option<Map<String, Value>>,
+    /// models.json `samplingParamsByThinkingLevel` (`{level: {field: value}}`, Pi's level
+    /// names): the effective level's entry merged over [`Model::sampling_params`].
+    pub sampling_params_by_thinking_level: Option<Map<String, Value>>,
     /// Pi's OpenAI `compat` flags, kept verbatim.
     pub compat: Value,
     /// For the scripted api: the responses to replay.
@@ -322,6 +328,11 @@ impl std::fmt::Debug for Model {
             .field("thinking_level_map", &self.thinking_level_map)
             .field("thinking_level", &self.thinking_level)
             .field("thinking_budgets", &self.thinking_budgets)
+            .field("sampling_params", &self.sampling_params)
+            .field(
+                "sampling_params_by_thinking_level",
+                &self.sampling_params_by_thinking_level,
+            )
             .field("compat", &self.compat)
             .field("script", &self.script.as_ref().map(|_| "…"))
             .finish()
@@ -348,6 +359,8 @@ impl Model {
             thinking_level_map: None,
             thinking_level: None,
             thinking_budgets: ThinkingBudgets::default(),
+            sampling_params: None,
+            sampling_params_by_thinking_level: None,
             compat: Value::Null,
             script: None,
         }
@@ -364,6 +377,34 @@ impl Model {
             .get("supportsMidConvoSystemMessages")
             .and_then(Value::as_bool)
             .unwrap_or(false)
+    }
+
+    /// The fields Pi 1.6's `resolveSamplingParams` merges last into an `openai-completions` /
+    /// `openai-responses` request body (over the fields named before it): [`Model::sampling_params`],
+    /// then the entry of [`Model::sampling_params_by_thinking_level`] for the request's
+    /// effective level (the model's `thinking_level` clamped, `off` when none), key by key.
+    /// Nothing when the model has neither.
+    pub fn apply_sampling_params(&self, body: &mut Value) {
+        if self.sampling_params.is_none() && self.sampling_params_by_thinking_level.is_none() {
+            return;
+        }
+        let level = self.clamp_thinking_level(self.thinking_level.unwrap_or(ThinkingLevel::Off));
+        let by_level = self
+            .sampling_params_by_thinking_level
+            .as_ref()
+            .and_then(|m| m.get(level.as_str()))
+            .and_then(Value::as_object);
+        let Some(body) = body.as_object_mut() else {
+            return;
+        };
+        for params in [self.sampling_params.as_ref(), by_level]
+            .into_iter()
+            .flatten()
+        {
+            for (k, v) in params {
+                body.insert(k.clone(), v.clone());
+            }
+        }
     }
 
     /// The levels this model supports (Pi's `getSupportedThinkingLevels`): only `off` without
@@ -477,6 +518,8 @@ struct ModelConfig {
     headers: BTreeMap<String, String>,
     compat: Option<Value>,
     thinking_level_map: Option<Value>,
+    sampling_params: Option<Map<String, Value>>,
+    sampling_params_by_thinking_level: Option<Map<String, Value>>,
 }
 
 /// One `modelOverrides` entry: every field optional, `cost` partial.
@@ -492,6 +535,8 @@ struct ModelOverride {
     #[serde(default)]
     headers: BTreeMap<String, String>,
     compat: Option<Value>,
+    sampling_params: Option<Map<String, Value>>,
+    sampling_params_by_thinking_level: Option<Map<String, Value>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -530,6 +575,24 @@ impl ModelOverride {
         if let Some(v) = self.compat {
             // Pi 1.6 (provider-composer `mergeCompat`): key by key over the model's own.
             merge_compat(&mut m.compat, &v);
+        }
+        // Pi 1.6's provider-composer: `samplingParams` key by key over the model's, each
+        // level's entry of `samplingParamsByThinkingLevel` key by key over the model's entry.
+        if let Some(v) = self.sampling_params {
+            m.sampling_params.get_or_insert_with(Map::new).extend(v);
+        }
+        if let Some(levels) = self.sampling_params_by_thinking_level {
+            let mine = m
+                .sampling_params_by_thinking_level
+                .get_or_insert_with(Map::new);
+            for (level, params) in levels {
+                match (mine.get_mut(&level).and_then(Value::as_object_mut), params) {
+                    (Some(base), Value::Object(over)) => base.extend(over),
+                    (_, params) => {
+                        mine.insert(level, params);
+                    }
+                }
+            }
         }
     }
 }
@@ -885,6 +948,8 @@ impl Registry {
             thinking_level_map: m.thinking_level_map,
             thinking_level: None,
             thinking_budgets: ThinkingBudgets::default(),
+            sampling_params: m.sampling_params,
+            sampling_params_by_thinking_level: m.sampling_params_by_thinking_level,
             compat: {
                 // Pi 1.6 (provider-composer `mergeCompat`): the model's keys over the
                 // provider's.
