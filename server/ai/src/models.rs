@@ -137,6 +137,24 @@ pub struct ModelCost {
     pub output: f64,
     pub cache_read: f64,
     pub cache_write: f64,
+    /// models.json `cost.tiers` (Pi 1.6: "Request-wide pricing tiers. The highest matching
+    /// input threshold applies to the full request"): see [`calculate_cost`]. Empty: none
+    /// (not written then).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "ts", ts(skip))]
+    pub tiers: Vec<CostTier>,
+}
+
+/// One pricing tier of [`ModelCost::tiers`]: the rates (US dollars per million tokens) of a
+/// request whose input (`input + cacheRead + cacheWrite` tokens) is above `inputTokensAbove`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CostTier {
+    pub input_tokens_above: u64,
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
 }
 
 /// Pi's thinking levels (`off`, `minimal`, `low`, `medium`, `high`, `xhigh`, and Pi 1.6's
@@ -187,20 +205,37 @@ impl ThinkingLevel {
 }
 
 /// The cost of `usage` at `rates` (US dollars per million tokens), as Pi 1.6's
-/// `calculateCost` (pi-ai `dist/models.js`): one-hour cache writes (`cacheWrite1h`) at twice
+/// `calculateCost` (pi-ai `dist/models.js`): the highest of `rates.tiers` whose
+/// `inputTokensAbove` the request's input tokens exceed prices all of it; one-hour cache writes (`cacheWrite1h`) at twice
 /// the input rate, the rest of the cache writes at the cache-write rate; `totalFromProvider`
 /// false (the total is computed here, not billed by the provider).
 pub fn calculate_cost(rates: &ModelCost, usage: &Usage) -> Cost {
+    // Pi 1.6: the tier with the highest `inputTokensAbove` below the request's input
+    // (`input + cacheRead + cacheWrite`) prices the whole request; none: the base rates.
+    let input_tokens = usage.input + usage.cache_read + usage.cache_write;
+    let (r_input, r_output, r_cache_read, r_cache_write) = rates
+        .tiers
+        .iter()
+        .filter(|t| input_tokens > t.input_tokens_above)
+        .max_by_key(|t| t.input_tokens_above)
+        .map_or(
+            (
+                rates.input,
+                rates.output,
+                rates.cache_read,
+                rates.cache_write,
+            ),
+            |t| (t.input, t.output, t.cache_read, t.cache_write),
+        );
     let per = |rate: f64, tokens: u64| rate / 1_000_000.0 * tokens as f64;
-    let input = per(rates.input, usage.input);
-    let output = per(rates.output, usage.output);
-    let cache_read = per(rates.cache_read, usage.cache_read);
+    let input = per(r_input, usage.input);
+    let output = per(r_output, usage.output);
+    let cache_read = per(r_cache_read, usage.cache_read);
     let long_write = usage.cache_write_1h.unwrap_or(0);
     let short_write = usage.cache_write.saturating_sub(long_write);
     // Pi 1.6's arithmetic whatever the lifetimes (not `per`'s: the bits differ).
-    let cache_write = (rates.cache_write * short_write as f64
-        + rates.input * 2.0 * long_write as f64)
-        / 1_000_000.0;
+    let cache_write =
+        (r_cache_write * short_write as f64 + r_input * 2.0 * long_write as f64) / 1_000_000.0;
     Cost {
         input,
         output,
@@ -546,6 +581,7 @@ struct PartialCost {
     output: Option<f64>,
     cache_read: Option<f64>,
     cache_write: Option<f64>,
+    tiers: Option<Vec<CostTier>>,
 }
 
 impl ModelOverride {
@@ -564,6 +600,9 @@ impl ModelOverride {
             m.cost.output = c.output.unwrap_or(m.cost.output);
             m.cost.cache_read = c.cache_read.unwrap_or(m.cost.cache_read);
             m.cost.cache_write = c.cache_write.unwrap_or(m.cost.cache_write);
+            if let Some(t) = c.tiers {
+                m.cost.tiers = t;
+            }
         }
         if let Some(v) = self.context_window {
             m.context_window = v;
@@ -1049,6 +1088,41 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// models.json `cost.tiers` as Pi 1.6's `calculateCost` applies them (the values Pi 1.6.0
+    /// stores for the same rates and usage): the highest tier whose `inputTokensAbove` the
+    /// input (cache reads and writes included) exceeds prices the whole request; at or below
+    /// every threshold the base rates.
+    #[test]
+    fn cost_tiers_price_the_whole_request_as_pi_1_6() {
+        let rates: ModelCost = serde_json::from_value(json!({
+            "input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0,
+            "tiers": [{"inputTokensAbove": 1000, "input": 10, "output": 20, "cacheRead": 0, "cacheWrite": 0},
+                      {"inputTokensAbove": 200000, "input": 50, "output": 60, "cacheRead": 1, "cacheWrite": 2}]}))
+        .unwrap();
+        let usage = |input: u64, cache_read: u64| Usage {
+            input,
+            output: 5,
+            cache_read,
+            ..Usage::default()
+        };
+        let cost = |c: Cost| serde_json::to_value(c).unwrap();
+        assert_eq!(
+            cost(calculate_cost(&rates, &usage(5000, 0))),
+            json!({"input": 0.05, "output": 0.0001, "cacheRead": 0, "cacheWrite": 0,
+                   "total": 0.050100000000000006, "totalFromProvider": false})
+        );
+        assert_eq!(
+            cost(calculate_cost(&rates, &usage(1000, 0))),
+            json!({"input": 0.001, "output": 0.000009999999999999999, "cacheRead": 0, "cacheWrite": 0,
+                   "total": 0.00101, "totalFromProvider": false})
+        );
+        assert_eq!(
+            cost(calculate_cost(&rates, &usage(1000, 199_001))),
+            json!({"input": 0.05, "output": 0.00030000000000000003, "cacheRead": 0.19900099999999998,
+                   "cacheWrite": 0, "total": 0.249301, "totalFromProvider": false})
+        );
+    }
+
     #[test]
     fn debug_hides_the_key_and_header_values() {
         let mut m = Model::new(crate::Api::OpenaiCompletions, "p", "m", "http://x");
@@ -1097,7 +1171,8 @@ mod tests {
                 input: 3.0,
                 output: 15.0,
                 cache_read: 0.3,
-                cache_write: 3.75
+                cache_write: 3.75,
+                tiers: Vec::new(),
             }
         );
         let g = reg.find("openai/gpt-4.1").unwrap();
