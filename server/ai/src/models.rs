@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::types::{Cost, Usage};
 
@@ -100,11 +100,57 @@ impl PartialEq<Api> for String {
 /// The wire format of the built-in offline scripted model.
 pub const SCRIPTED_API: Api = Api::Scripted;
 
+/// Token budgets for budget-based thinking per level (Pi 1.6 settings `thinkingBudgets`:
+/// `{minimal, low, medium, high}`, each in tokens). A level left `None` takes Pi's default
+/// (pi-ai `DEFAULT_THINKING_BUDGETS` in `api/simple-options.js`: 1,024 / 2,048 / 8,192 /
+/// 16,384); `xhigh` and `max` use `high`'s (Pi's `clampReasoning`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThinkingBudgets {
+    pub minimal: Option<u64>,
+    pub low: Option<u64>,
+    pub medium: Option<u64>,
+    pub high: Option<u64>,
+}
+
+impl ThinkingBudgets {
+    /// The budget of `level` in tokens (Pi's `thinkingBudgetForLevel`: the defaults overridden
+    /// by the set levels); 0 for `off`.
+    pub fn for_level(&self, level: ThinkingLevel) -> u64 {
+        match level {
+            ThinkingLevel::Off => 0,
+            ThinkingLevel::Minimal => self.minimal.unwrap_or(1_024),
+            ThinkingLevel::Low => self.low.unwrap_or(2_048),
+            ThinkingLevel::Medium => self.medium.unwrap_or(8_192),
+            ThinkingLevel::High | ThinkingLevel::Xhigh | ThinkingLevel::Max => {
+                self.high.unwrap_or(16_384)
+            }
+        }
+    }
+}
+
 /// Per-million-token prices in US dollars.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", default)]
 pub struct ModelCost {
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
+    /// models.json `cost.tiers` (Pi 1.6: "Request-wide pricing tiers. The highest matching
+    /// input threshold applies to the full request"): see [`calculate_cost`]. Empty: none
+    /// (not written then).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "ts", ts(skip))]
+    pub tiers: Vec<CostTier>,
+}
+
+/// One pricing tier of [`ModelCost::tiers`]: the rates (US dollars per million tokens) of a
+/// request whose input (`input + cacheRead + cacheWrite` tokens) is above `inputTokensAbove`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CostTier {
+    pub input_tokens_above: u64,
     pub input: f64,
     pub output: f64,
     pub cache_read: f64,
@@ -159,20 +205,37 @@ impl ThinkingLevel {
 }
 
 /// The cost of `usage` at `rates` (US dollars per million tokens), as Pi 1.6's
-/// `calculateCost` (pi-ai `dist/models.js`): one-hour cache writes (`cacheWrite1h`) at twice
+/// `calculateCost` (pi-ai `dist/models.js`): the highest of `rates.tiers` whose
+/// `inputTokensAbove` the request's input tokens exceed prices all of it; one-hour cache writes (`cacheWrite1h`) at twice
 /// the input rate, the rest of the cache writes at the cache-write rate; `totalFromProvider`
 /// false (the total is computed here, not billed by the provider).
 pub fn calculate_cost(rates: &ModelCost, usage: &Usage) -> Cost {
+    // Pi 1.6: the tier with the highest `inputTokensAbove` below the request's input
+    // (`input + cacheRead + cacheWrite`) prices the whole request; none: the base rates.
+    let input_tokens = usage.input + usage.cache_read + usage.cache_write;
+    let (r_input, r_output, r_cache_read, r_cache_write) = rates
+        .tiers
+        .iter()
+        .filter(|t| input_tokens > t.input_tokens_above)
+        .max_by_key(|t| t.input_tokens_above)
+        .map_or(
+            (
+                rates.input,
+                rates.output,
+                rates.cache_read,
+                rates.cache_write,
+            ),
+            |t| (t.input, t.output, t.cache_read, t.cache_write),
+        );
     let per = |rate: f64, tokens: u64| rate / 1_000_000.0 * tokens as f64;
-    let input = per(rates.input, usage.input);
-    let output = per(rates.output, usage.output);
-    let cache_read = per(rates.cache_read, usage.cache_read);
+    let input = per(r_input, usage.input);
+    let output = per(r_output, usage.output);
+    let cache_read = per(r_cache_read, usage.cache_read);
     let long_write = usage.cache_write_1h.unwrap_or(0);
     let short_write = usage.cache_write.saturating_sub(long_write);
     // Pi 1.6's arithmetic whatever the lifetimes (not `per`'s: the bits differ).
-    let cache_write = (rates.cache_write * short_write as f64
-        + rates.input * 2.0 * long_write as f64)
-        / 1_000_000.0;
+    let cache_write =
+        (r_cache_write * short_write as f64 + r_input * 2.0 * long_write as f64) / 1_000_000.0;
     Cost {
         input,
         output,
@@ -264,6 +327,15 @@ pub struct Model {
     /// the caller sets it from the session or `defaultThinkingLevel`). `None` sends nothing and
     /// leaves the provider's default; ignored for models without `reasoning`.
     pub thinking_level: Option<ThinkingLevel>,
+    /// The budgets budget-based thinking asks for per level (settings `thinkingBudgets`; the
+    /// caller sets them, as it sets `thinking_level`). Default: Pi's.
+    pub thinking_budgets: ThinkingBudgets,
+    /// models.json `samplingParams`: free-form fields merged into every `openai-completions`
+    /// / `openai-responses` request body (Pi 1.6 `docs/models.md`). `None`: none.
+    pub sampling_params: Option<Map<String, Value>>,
+    /// models.json `samplingParamsByThinkingLevel` (`{level: {field: value}}`, Pi's level
+    /// names): the effective level's entry merged over [`Model::sampling_params`].
+    pub sampling_params_by_thinking_level: Option<Map<String, Value>>,
     /// Pi's OpenAI `compat` flags, kept verbatim.
     pub compat: Value,
     /// For the scripted api: the responses to replay.
@@ -290,6 +362,12 @@ impl std::fmt::Debug for Model {
             .field("cost", &self.cost)
             .field("thinking_level_map", &self.thinking_level_map)
             .field("thinking_level", &self.thinking_level)
+            .field("thinking_budgets", &self.thinking_budgets)
+            .field("sampling_params", &self.sampling_params)
+            .field(
+                "sampling_params_by_thinking_level",
+                &self.sampling_params_by_thinking_level,
+            )
             .field("compat", &self.compat)
             .field("script", &self.script.as_ref().map(|_| "…"))
             .finish()
@@ -315,6 +393,9 @@ impl Model {
             cost: ModelCost::default(),
             thinking_level_map: None,
             thinking_level: None,
+            thinking_budgets: ThinkingBudgets::default(),
+            sampling_params: None,
+            sampling_params_by_thinking_level: None,
             compat: Value::Null,
             script: None,
         }
@@ -331,6 +412,34 @@ impl Model {
             .get("supportsMidConvoSystemMessages")
             .and_then(Value::as_bool)
             .unwrap_or(false)
+    }
+
+    /// The fields Pi 1.6's `resolveSamplingParams` merges last into an `openai-completions` /
+    /// `openai-responses` request body (over the fields named before it): [`Model::sampling_params`],
+    /// then the entry of [`Model::sampling_params_by_thinking_level`] for the request's
+    /// effective level (the model's `thinking_level` clamped, `off` when none), key by key.
+    /// Nothing when the model has neither.
+    pub fn apply_sampling_params(&self, body: &mut Value) {
+        if self.sampling_params.is_none() && self.sampling_params_by_thinking_level.is_none() {
+            return;
+        }
+        let level = self.clamp_thinking_level(self.thinking_level.unwrap_or(ThinkingLevel::Off));
+        let by_level = self
+            .sampling_params_by_thinking_level
+            .as_ref()
+            .and_then(|m| m.get(level.as_str()))
+            .and_then(Value::as_object);
+        let Some(body) = body.as_object_mut() else {
+            return;
+        };
+        for params in [self.sampling_params.as_ref(), by_level]
+            .into_iter()
+            .flatten()
+        {
+            for (k, v) in params {
+                body.insert(k.clone(), v.clone());
+            }
+        }
     }
 
     /// The levels this model supports (Pi's `getSupportedThinkingLevels`): only `off` without
@@ -444,6 +553,8 @@ struct ModelConfig {
     headers: BTreeMap<String, String>,
     compat: Option<Value>,
     thinking_level_map: Option<Value>,
+    sampling_params: Option<Map<String, Value>>,
+    sampling_params_by_thinking_level: Option<Map<String, Value>>,
 }
 
 /// One `modelOverrides` entry: every field optional, `cost` partial.
@@ -459,6 +570,8 @@ struct ModelOverride {
     #[serde(default)]
     headers: BTreeMap<String, String>,
     compat: Option<Value>,
+    sampling_params: Option<Map<String, Value>>,
+    sampling_params_by_thinking_level: Option<Map<String, Value>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -468,6 +581,7 @@ struct PartialCost {
     output: Option<f64>,
     cache_read: Option<f64>,
     cache_write: Option<f64>,
+    tiers: Option<Vec<CostTier>>,
 }
 
 impl ModelOverride {
@@ -486,6 +600,9 @@ impl ModelOverride {
             m.cost.output = c.output.unwrap_or(m.cost.output);
             m.cost.cache_read = c.cache_read.unwrap_or(m.cost.cache_read);
             m.cost.cache_write = c.cache_write.unwrap_or(m.cost.cache_write);
+            if let Some(t) = c.tiers {
+                m.cost.tiers = t;
+            }
         }
         if let Some(v) = self.context_window {
             m.context_window = v;
@@ -497,6 +614,24 @@ impl ModelOverride {
         if let Some(v) = self.compat {
             // Pi 1.6 (provider-composer `mergeCompat`): key by key over the model's own.
             merge_compat(&mut m.compat, &v);
+        }
+        // Pi 1.6's provider-composer: `samplingParams` key by key over the model's, each
+        // level's entry of `samplingParamsByThinkingLevel` key by key over the model's entry.
+        if let Some(v) = self.sampling_params {
+            m.sampling_params.get_or_insert_with(Map::new).extend(v);
+        }
+        if let Some(levels) = self.sampling_params_by_thinking_level {
+            let mine = m
+                .sampling_params_by_thinking_level
+                .get_or_insert_with(Map::new);
+            for (level, params) in levels {
+                match (mine.get_mut(&level).and_then(Value::as_object_mut), params) {
+                    (Some(base), Value::Object(over)) => base.extend(over),
+                    (_, params) => {
+                        mine.insert(level, params);
+                    }
+                }
+            }
         }
     }
 }
@@ -851,6 +986,9 @@ impl Registry {
             cost: m.cost,
             thinking_level_map: m.thinking_level_map,
             thinking_level: None,
+            thinking_budgets: ThinkingBudgets::default(),
+            sampling_params: m.sampling_params,
+            sampling_params_by_thinking_level: m.sampling_params_by_thinking_level,
             compat: {
                 // Pi 1.6 (provider-composer `mergeCompat`): the model's keys over the
                 // provider's.
@@ -950,6 +1088,41 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// models.json `cost.tiers` as Pi 1.6's `calculateCost` applies them (the values Pi 1.6.0
+    /// stores for the same rates and usage): the highest tier whose `inputTokensAbove` the
+    /// input (cache reads and writes included) exceeds prices the whole request; at or below
+    /// every threshold the base rates.
+    #[test]
+    fn cost_tiers_price_the_whole_request_as_pi_1_6() {
+        let rates: ModelCost = serde_json::from_value(json!({
+            "input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0,
+            "tiers": [{"inputTokensAbove": 1000, "input": 10, "output": 20, "cacheRead": 0, "cacheWrite": 0},
+                      {"inputTokensAbove": 200000, "input": 50, "output": 60, "cacheRead": 1, "cacheWrite": 2}]}))
+        .unwrap();
+        let usage = |input: u64, cache_read: u64| Usage {
+            input,
+            output: 5,
+            cache_read,
+            ..Usage::default()
+        };
+        let cost = |c: Cost| serde_json::to_value(c).unwrap();
+        assert_eq!(
+            cost(calculate_cost(&rates, &usage(5000, 0))),
+            json!({"input": 0.05, "output": 0.0001, "cacheRead": 0, "cacheWrite": 0,
+                   "total": 0.050100000000000006, "totalFromProvider": false})
+        );
+        assert_eq!(
+            cost(calculate_cost(&rates, &usage(1000, 0))),
+            json!({"input": 0.001, "output": 0.000009999999999999999, "cacheRead": 0, "cacheWrite": 0,
+                   "total": 0.00101, "totalFromProvider": false})
+        );
+        assert_eq!(
+            cost(calculate_cost(&rates, &usage(1000, 199_001))),
+            json!({"input": 0.05, "output": 0.00030000000000000003, "cacheRead": 0.19900099999999998,
+                   "cacheWrite": 0, "total": 0.249301, "totalFromProvider": false})
+        );
+    }
+
     #[test]
     fn debug_hides_the_key_and_header_values() {
         let mut m = Model::new(crate::Api::OpenaiCompletions, "p", "m", "http://x");
@@ -998,7 +1171,8 @@ mod tests {
                 input: 3.0,
                 output: 15.0,
                 cache_read: 0.3,
-                cache_write: 3.75
+                cache_write: 3.75,
+                tiers: Vec::new(),
             }
         );
         let g = reg.find("openai/gpt-4.1").unwrap();

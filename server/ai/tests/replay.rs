@@ -485,6 +485,7 @@ async fn usage_in_empty_choices_chunk_keepalives_and_cost() {
         output: 8.0,
         cache_read: 0.5,
         cache_write: 0.0,
+        ..Default::default()
     };
     let msg = pi_ai::stream(&m, &go(), StreamOptions::default())
         .result()
@@ -2031,6 +2032,7 @@ async fn completions_usage_and_raw_stop_reason_as_pi_16_writes_them() {
             output: 8.0,
             cache_read: 0.5,
             cache_write: 4.0,
+            ..Default::default()
         };
         let msg = pi_ai::stream(&m, &go(), StreamOptions::default())
             .result()
@@ -2114,6 +2116,7 @@ async fn anthropic_usage_and_raw_stop_reason_as_pi_16_writes_them() {
             output: 8.0,
             cache_read: 0.5,
             cache_write: 4.0,
+            ..Default::default()
         };
         let msg = pi_ai::stream(&m, &go(), StreamOptions::default())
             .result()
@@ -2177,6 +2180,7 @@ async fn responses_usage_and_raw_stop_reason_as_pi_16_writes_them() {
             output: 8.0,
             cache_read: 0.5,
             cache_write: 4.0,
+            ..Default::default()
         };
         let msg = pi_ai::stream(&m, &go(), StreamOptions::default())
             .result()

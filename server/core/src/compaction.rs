@@ -1351,6 +1351,17 @@ async fn summary_request(
     retry: SummaryRetry<'_>,
     cancel: &CancellationToken,
 ) -> pi_ai::AssistantMessage {
+    // Pi 1.6's summaries pass no `thinkingBudgets`: pi-ai's default budgets.
+    let plain;
+    let model = if model.thinking_budgets == pi_ai::models::ThinkingBudgets::default() {
+        model
+    } else {
+        plain = Model {
+            thinking_budgets: pi_ai::models::ThinkingBudgets::default(),
+            ..model.clone()
+        };
+        &plain
+    };
     let max_attempts = retry.policy.map_or(0, |p| p.max_retries);
     let mut attempt = 0u32;
     loop {

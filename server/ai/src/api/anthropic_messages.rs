@@ -201,18 +201,6 @@ fn adaptive_thinking(id: &str) -> bool {
     .any(|k| id.contains(k))
 }
 
-/// Pi's default thinking budgets per level, in tokens (`simple-options.js`).
-fn thinking_budget(level: ThinkingLevel) -> u64 {
-    match level {
-        ThinkingLevel::Off => 0,
-        ThinkingLevel::Minimal => 1_024,
-        ThinkingLevel::Low => 2_048,
-        ThinkingLevel::Medium => 8_192,
-        // `xhigh` and `max` are clamped to `high` for budget-based models.
-        ThinkingLevel::High | ThinkingLevel::Xhigh | ThinkingLevel::Max => 16_384,
-    }
-}
-
 /// Whether `model` thinks adaptively: Pi 1.6 decides by the model's
 /// `compat.forceAdaptiveThinking` (the catalogue sets it); a model without the flag
 /// (models.json) falls back on the id, as Pi 0.73.1 did.
@@ -238,7 +226,8 @@ fn thinking_enabled(model: &Model) -> bool {
 /// `thinking: {type: adaptive}` plus `output_config.effort` (minimal/low → low, medium, high;
 /// `xhigh` / `max` as `thinkingLevelMap` names them, else high: Pi's
 /// `mapThinkingLevelToEffort`);
-/// older models → `thinking: {type: enabled, budget_tokens}` with `max_tokens` raised by the
+/// older models → `thinking: {type: enabled, budget_tokens}` (the level's budget of
+/// [`Model::thinking_budgets`], settings `thinkingBudgets`) with `max_tokens` raised by the
 /// budget (capped at the model's limit, keeping 1,024 tokens of output).
 fn apply_thinking(model: &Model, options: &StreamOptions, body: &mut Value) {
     let Some(level) = model.thinking_level.filter(|_| model.reasoning) else {
@@ -263,7 +252,7 @@ fn apply_thinking(model: &Model, options: &StreamOptions, body: &mut Value) {
         return;
     }
     let base = options.output_tokens(model);
-    let mut budget = thinking_budget(level);
+    let mut budget = model.thinking_budgets.for_level(level);
     let mut max_tokens = (base + budget).min(model.max_tokens.max(1));
     if let Some(room) = options.output_room {
         max_tokens = max_tokens.min(room);

@@ -781,6 +781,9 @@ fn body_around(
     body[compat.max_tokens_field.as_str()] = json!(options.output_tokens(model));
     apply_prompt_cache(model, compat, options, &mut body);
     apply_reasoning(model, compat, &mut body);
+    // Pi 1.6's `resolveSamplingParams`: last over the named fields (before the tools, which
+    // `request_bytes` puts in as the last key).
+    model.apply_sampling_params(&mut body);
     if !context.tools.is_empty() {
         // The last key: `request_bytes` puts the list in after serialising the rest.
         if with_tools {

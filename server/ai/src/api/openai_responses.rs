@@ -320,6 +320,8 @@ fn body_around(
             body["include"] = json!(["reasoning.encrypted_content"]);
         }
     }
+    // Pi 1.6's `resolveSamplingParams`: last, over the named fields.
+    model.apply_sampling_params(&mut body);
     body
 }
 

@@ -109,6 +109,11 @@ pub struct Settings {
     pub default_model: Option<String>,
     /// `defaultThinkingLevel`.
     pub default_thinking_level: Option<ThinkingLevel>,
+    /// `thinkingBudgets` (`{minimal, low, medium, high}`, tokens): the budgets a
+    /// budget-based thinking request asks for (Pi 1.6's `getThinkingBudgets`, passed to every
+    /// agent request as pi-ai's `thinkingBudgets`; not to summary requests). Unset levels keep
+    /// Pi's defaults.
+    pub thinking_budgets: pi_ai::models::ThinkingBudgets,
     /// `compaction`.
     pub compaction: CompactionSettings,
     /// `branchSummary.reserveTokens`: tokens of the context window a branch summary leaves
@@ -160,6 +165,7 @@ impl Default for Settings {
             default_provider: None,
             default_model: None,
             default_thinking_level: None,
+            thinking_budgets: pi_ai::models::ThinkingBudgets::default(),
             compaction: CompactionSettings::default(),
             branch_summary_reserve_tokens: crate::config::types::DEFAULT_RESERVE_TOKENS,
             retry: RetryConfig::default(),
@@ -396,6 +402,12 @@ impl Settings {
             s.default_provider = t.string("/defaultProvider");
             s.default_model = t.string("/defaultModel");
             s.default_thinking_level = t.parsed("/defaultThinkingLevel", ThinkingLevel::parse);
+            s.thinking_budgets = pi_ai::models::ThinkingBudgets {
+                minimal: t.u64("/thinkingBudgets/minimal"),
+                low: t.u64("/thinkingBudgets/low"),
+                medium: t.u64("/thinkingBudgets/medium"),
+                high: t.u64("/thinkingBudgets/high"),
+            };
             if let Some(b) = t.bool("/compaction/enabled") {
                 s.compaction.enabled = b;
             }
@@ -449,6 +461,29 @@ impl Settings {
         s.merged = merged;
         s.warnings = warnings;
         s
+    }
+
+    /// [`Settings::compaction`] for `provider/id`, as Pi 1.6's `getCompactionSettings(model)`
+    /// (`dist/core/settings-manager.js`) resolves it: `reserveTokens` and `keepRecentTokens`
+    /// from `compaction.modelOverrides["provider/id"]` first (keyed by the exact
+    /// `provider/modelId`), then the ordinary setting, then the default. An override that is
+    /// not a non-negative integer is ignored (Pi refuses it with an error).
+    pub fn compaction_for(&self, provider: &str, id: &str) -> CompactionSettings {
+        let mut c = self.compaction;
+        let entry = self
+            .merged
+            .get("compaction")
+            .and_then(|c| c.get("modelOverrides"))
+            .and_then(|o| o.get(format!("{provider}/{id}")));
+        if let Some(entry) = entry {
+            if let Some(n) = entry.get("reserveTokens").and_then(Value::as_u64) {
+                c.reserve_tokens = n;
+            }
+            if let Some(n) = entry.get("keepRecentTokens").and_then(Value::as_u64) {
+                c.keep_recent_tokens = n;
+            }
+        }
+        c
     }
 
     /// The raw merged value of `key` (e.g. `"sandbox"`), for settings typed elsewhere.
@@ -682,6 +717,48 @@ mod tests {
             Value::Object(s),
             json!({"skills": ["~/x"], "retry": {"provider": {"maxRetryDelayMs": 5}},
                 "steeringMode": "all", "enableSkillCommands": false})
+        );
+    }
+
+    /// `compaction.modelOverrides["provider/id"]` as Pi 1.6's `getCompactionSettings(model)`:
+    /// the override's token settings first, then the ordinary ones, then the defaults; other
+    /// models (and a wrong-typed override) keep the ordinary settings. Also `thinkingBudgets`.
+    #[test]
+    fn compaction_model_overrides_and_thinking_budgets() {
+        let s = Settings::from_merged(
+            obj(json!({
+                "compaction": {"enabled": false, "reserveTokens": 9000,
+                    "modelOverrides": {"t/m1": {"keepRecentTokens": 5}, "t/m2": {"reserveTokens": 100, "keepRecentTokens": "x"}}},
+                "thinkingBudgets": {"high": 5000, "low": 1500}
+            })),
+            Vec::new(),
+        );
+        let c = |enabled, reserve_tokens, keep_recent_tokens| CompactionSettings {
+            enabled,
+            reserve_tokens,
+            keep_recent_tokens,
+        };
+        assert_eq!(
+            (
+                s.compaction_for("t", "m1"),
+                s.compaction_for("t", "m2"),
+                s.compaction_for("t", "m3"),
+                s.thinking_budgets
+            ),
+            (
+                c(false, 9000, 5),
+                c(false, 100, crate::config::types::DEFAULT_KEEP_RECENT_TOKENS),
+                c(
+                    false,
+                    9000,
+                    crate::config::types::DEFAULT_KEEP_RECENT_TOKENS
+                ),
+                pi_ai::models::ThinkingBudgets {
+                    low: Some(1500),
+                    high: Some(5000),
+                    ..Default::default()
+                }
+            )
         );
     }
 

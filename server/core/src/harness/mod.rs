@@ -1058,7 +1058,7 @@ fn build_config(
         },
     );
     cfg.session_id = Some(Arc::from(id));
-    cfg.compaction = Some(compaction_config(ws, writer));
+    cfg.compaction = Some(compaction_config(ws, writer, &cfg.model));
     cfg.system_messages = Some(Arc::new(StoredSystemMessages {
         writer: writer.clone(),
     }));

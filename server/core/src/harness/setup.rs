@@ -164,14 +164,17 @@ pub fn untrusted_notice(ws: &WorkspaceConfig, how_to_trust: &str) -> Option<Stri
     ))
 }
 
-/// Compaction for a run in `ws` whose session is written by `writer`: the settings' thresholds,
-/// and the `compaction` entries appended to that file.
+/// Compaction for a run of `model` in `ws` whose session is written by `writer`: the settings'
+/// thresholds for that model (`compaction.modelOverrides["provider/id"]` first, as Pi 1.6:
+/// [`crate::settings::Settings::compaction_for`]), and the `compaction` entries appended to
+/// that file.
 pub fn compaction_config(
     ws: &WorkspaceConfig,
     writer: &Arc<Mutex<SessionWriter>>,
+    model: &Model,
 ) -> crate::agent::CompactionConfig {
     crate::agent::CompactionConfig {
-        settings: ws.settings().compaction,
+        settings: ws.settings().compaction_for(&model.provider, &model.id),
         compactor: Arc::new(crate::compaction::SessionCompactor::new(writer.clone())),
     }
 }
@@ -489,6 +492,8 @@ pub fn agent_config_with(
         crate::prompt::system_prompt_sections(ws.root(), &tools, &resources, extra_guidelines);
     let prompt = crate::prompt::render_sections(&sections);
     let mut cfg = AgentConfig::new(model, prompt, tools);
+    // Pi 1.6 gives the agent's requests settings' `thinkingBudgets` (sdk.js).
+    cfg.model.thinking_budgets = settings.thinking_budgets;
     cfg.prompt_sections = Some(sections.into());
     cfg.retry = settings.retry.to_retry_settings();
     cfg.approval = gate;
