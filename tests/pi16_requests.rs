@@ -1,0 +1,175 @@
+//! How a stored conversation goes over each wire, compared whole with Pi 1.6.0
+//! (`$PI16_REF_BIN`): one crafted session file continued once by Pi (`pi -p --session`) and
+//! once here (`pi-lsp run --session`) on the loopback model, and the conversation part of the
+//! two requests (Anthropic's `messages`, chat completions' `messages` and Responses' `input`
+//! without the system prompt, which differs by design: the tool set) asserted equal and
+//! whole. Pi 1.6's pi-ai `convertMessages` of each provider is the rule.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use pi_e2e::headless::pi_bare_command;
+use pi_e2e::lsp_client::agent_env;
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::{pi16_bin, pi16_package, pi_lsp_bin, TempDir};
+use serde_json::{json, Value};
+
+/// A message entry of a crafted file: id `id`, after `parent` (`""`: the first entry).
+fn entry(id: &str, parent: &str, message: Value) -> Value {
+    let parent = Some(parent).filter(|p| !p.is_empty());
+    json!({"type": "message", "id": id, "parentId": parent,
+        "timestamp": "2026-12-01T00:00:01.000Z", "message": message})
+}
+
+/// A stored user message of one text block.
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1})
+}
+
+/// A stored assistant message of `content` from `model` (`provider/id`) on `api`.
+fn assistant(model: &str, api: &str, content: Value, stop: &str) -> Value {
+    let (provider, id) = model.split_once('/').unwrap();
+    json!({"role": "assistant", "content": content, "api": api, "provider": provider,
+        "model": id, "stopReason": stop, "timestamp": 2,
+        "usage": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
+            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}})
+}
+
+/// A stored tool result of `text` for call `id`.
+fn result(id: &str, text: &str) -> Value {
+    json!({"role": "toolResult", "toolCallId": id, "toolName": "read",
+        "content": [{"type": "text", "text": text}], "isError": false, "timestamp": 3})
+}
+
+/// The conversation part of a request body: Anthropic's `messages`; chat completions'
+/// `messages` and Responses' `input` without their system / developer messages.
+fn conversation(body: &Value) -> Value {
+    if let Some(input) = body.get("input") {
+        return Value::Array(
+            input
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] != "system" && m["role"] != "developer")
+                .cloned()
+                .collect(),
+        );
+    }
+    if body.get("system").is_some() {
+        return body["messages"].clone();
+    }
+    Value::Array(
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] != "system" && m["role"] != "developer")
+            .cloned()
+            .collect(),
+    )
+}
+
+/// The conversation part of the request Pi 1.6.0 (`pi`) and pi-lsp each send when they
+/// continue a file of `entries` (after the session header; the first entry's parent is
+/// none) with `next` at `model` (`provider/id` of the loopback model's `models.json`, with a
+/// third provider `mockresp`, openai-responses): (Pi's, ours).
+async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Value, Value) {
+    let tmp = TempDir::new(name);
+    let root = tmp.path();
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("done"), Step::text("done")]).await;
+    let mut models = mock.models_json();
+    models["providers"]["mockresp"] = json!({
+        "baseUrl": mock.openai_base(), "api": "openai-responses", "apiKey": "test-key",
+        "models": [{"id": "mock-resp-1", "contextWindow": 128000, "maxTokens": 4096}]
+    });
+    let agent = root.join("agent");
+    let package = pi16_package(pi).display().to_string();
+    let env = agent_env(&agent, &models, &[("PI_PACKAGE_DIR", &package)]);
+    let header = json!({"type": "session", "version": 3,
+        "id": "a0000000-0000-4000-8000-0000000000aa",
+        "timestamp": "2026-12-01T00:00:00.000Z", "cwd": ws});
+    let file: String = std::iter::once(&header)
+        .chain(entries)
+        .map(|e| format!("{e}\n"))
+        .collect();
+    let (theirs, ours) = (root.join("pi.jsonl"), root.join("ours.jsonl"));
+    std::fs::write(&theirs, &file).unwrap();
+    std::fs::write(&ours, &file).unwrap();
+    let (provider, id) = model.split_once('/').unwrap();
+    let mut cmd = pi_bare_command(pi, &ws, &agent, root);
+    cmd.args(["-p", "--provider", provider, "--model", id, "--session"])
+        .arg(&theirs)
+        .arg("next");
+    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut cmd = std::process::Command::new(pi_lsp_bin());
+    cmd.arg("run").arg("--workspace").arg(&ws).arg("--session").arg(&ours);
+    cmd.args(["--model", model, "next"])
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let sent = mock.requests();
+    assert_eq!(sent.len(), 2, "one request each");
+    (conversation(&sent[0].body), conversation(&sent[1].body))
+}
+
+/// Anthropic, as Pi 1.6's `convertMessages`: back-to-back tool results are one user turn;
+/// the steer after them, a bash execution, a custom message, a compaction's summary, the kept
+/// user message after it and the new prompt are each a user turn of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_sends_each_user_side_message_as_its_own_turn() {
+    let Some(pi) = pi16_bin("anthropic_sends_each_user_side_message_as_its_own_turn") else {
+        return;
+    };
+    let m = "mockant/mock-ant-1";
+    let api = "anthropic-messages";
+    let calls = json!([
+        {"type": "toolCall", "id": "toolu_1", "name": "read", "arguments": {"path": "a"}},
+        {"type": "toolCall", "id": "toolu_2", "name": "read", "arguments": {"path": "b"}}]);
+    let entries = [
+        entry("u0", "", user("old question")),
+        entry("a0", "u0", assistant(m, api, json!([{"type": "text", "text": "old answer"}]), "stop")),
+        entry("u1", "a0", user("go")),
+        entry("a1", "u1", assistant(m, api, calls, "toolUse")),
+        entry("r1", "a1", result("toolu_1", "A")),
+        entry("r2", "r1", result("toolu_2", "B")),
+        entry("s1", "r2", user("STEERED text")),
+        entry("a2", "s1", assistant(m, api, json!([{"type": "text", "text": "ok"}]), "stop")),
+        entry("b1", "a2", json!({"role": "bashExecution", "command": "echo x", "output": "x\n",
+            "exitCode": 0, "cancelled": false, "truncated": false, "timestamp": 4})),
+        json!({"type": "custom_message", "id": "c1", "parentId": "b1",
+            "timestamp": "2026-12-01T00:00:02.000Z", "customType": "k",
+            "content": "custom context", "display": true}),
+        json!({"type": "compaction", "id": "k1", "parentId": "c1",
+            "timestamp": "2026-12-01T00:00:03.000Z", "summary": "## Goal\nOLD",
+            "firstKeptEntryId": "u1", "tokensBefore": 400,
+            "details": {"readFiles": [], "modifiedFiles": []}, "fromHook": false}),
+    ];
+    let (theirs, ours) = continued(&pi, "pi16req-anthropic", m, &entries).await;
+    assert_eq!(ours, theirs);
+    let text = |t: &str| json!([{"type": "text", "text": t}]);
+    assert_eq!(
+        ours,
+        json!([
+            {"role": "user", "content": text("The conversation history before this point was \
+                compacted into the following summary:\n\n<summary>\n## Goal\nOLD\n</summary>")},
+            {"role": "user", "content": text("go")},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "read", "input": {"path": "b"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "A", "is_error": false},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "B", "is_error": false}]},
+            {"role": "user", "content": text("STEERED text")},
+            {"role": "assistant", "content": text("ok")},
+            {"role": "user", "content": text("Ran `echo x`\n```\nx\n\n```")},
+            {"role": "user", "content": text("custom context")},
+            {"role": "user", "content": [
+                {"type": "text", "text": "next", "cache_control": {"type": "ephemeral"}}]}
+        ])
+    );
+}
+
+
