@@ -173,3 +173,52 @@ async fn anthropic_sends_each_user_side_message_as_its_own_turn() {
 }
 
 
+/// A read of an empty file on `model` (`api`, the call's id `call_id`) and its answer.
+fn empty_read(model: &str, api: &str, call_id: &str) -> Vec<Value> {
+    let call = json!([{"type": "toolCall", "id": call_id, "name": "read", "arguments": {"path": "e"}}]);
+    vec![
+        entry("u1", "", user("read e")),
+        entry("a1", "u1", assistant(model, api, call, "toolUse")),
+        entry("r1", "a1", result(call_id, "")),
+        entry("a2", "r1", assistant(model, api, json!([{"type": "text", "text": "empty"}]), "stop")),
+    ]
+}
+
+/// A tool result without text or image (an empty file read) goes as Pi 1.6's
+/// `(no tool output)` on chat completions and Responses, not as an image's placeholder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_tool_result_says_no_tool_output_on_the_openai_wires() {
+    let Some(pi) = pi16_bin("an_empty_tool_result_says_no_tool_output_on_the_openai_wires") else {
+        return;
+    };
+    let chat = empty_read("mock/mock-1", "openai-completions", "call_1");
+    let (theirs, ours) = continued(&pi, "pi16req-empty-chat", "mock/mock-1", &chat).await;
+    assert_eq!(ours, theirs);
+    assert_eq!(
+        ours,
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "read e"}]},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "read", "arguments": "{\"path\":\"e\"}"}}]},
+            {"role": "tool", "content": "(no tool output)", "tool_call_id": "call_1"},
+            {"role": "assistant", "content": "empty"},
+            {"role": "user", "content": [{"type": "text", "text": "next"}]}
+        ])
+    );
+    let responses = empty_read("mockresp/mock-resp-1", "openai-responses", "call_1|fc_1");
+    let (theirs, ours) =
+        continued(&pi, "pi16req-empty-resp", "mockresp/mock-resp-1", &responses).await;
+    assert_eq!(ours, theirs);
+    assert_eq!(
+        ours,
+        json!([
+            {"role": "user", "content": [{"type": "input_text", "text": "read e"}]},
+            {"type": "function_call", "call_id": "call_1", "name": "read",
+                "arguments": "{\"path\":\"e\"}", "id": "fc_1"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "(no tool output)"},
+            {"type": "message", "role": "assistant", "status": "completed", "id": "msg_pi_3",
+                "content": [{"type": "output_text", "text": "empty", "annotations": []}]},
+            {"role": "user", "content": [{"type": "input_text", "text": "next"}]}
+        ])
+    );
+}

@@ -296,9 +296,8 @@ fn convert_from(
             Message::ToolResult(_) => {
                 let mut images = Vec::new();
                 while let Some(Message::ToolResult(r)) = msgs.get(i) {
-                    let text = crate::types::join_text(&r.content);
                     let mut tm = json!({"role":"tool",
-                        "content": if text.is_empty() { "(see attached image)".to_string() } else { text },
+                        "content": super::tool_result_text(&r.content),
                         "tool_call_id": r.tool_call_id});
                     if compat.requires_tool_result_name && !r.tool_name.is_empty() {
                         tm["name"] = json!(r.tool_name);
