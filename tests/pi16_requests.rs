@@ -222,3 +222,30 @@ async fn an_empty_tool_result_says_no_tool_output_on_the_openai_wires() {
         ])
     );
 }
+
+/// On chat completions a stored user message whose only text is empty is left out, as Pi
+/// 1.6's `convertMessages` leaves it (and the empty answer after it) out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_user_text_is_left_out_on_chat_completions() {
+    let Some(pi) = pi16_bin("an_empty_user_text_is_left_out_on_chat_completions") else {
+        return;
+    };
+    let (m, api) = ("mock/mock-1", "openai-completions");
+    let entries = [
+        entry("u1", "", user("hi")),
+        entry("a1", "u1", assistant(m, api, json!([{"type": "text", "text": "hello"}]), "stop")),
+        entry("u2", "a1", user("")),
+        entry("a2", "u2", assistant(m, api, json!([{"type": "text", "text": ""}]), "stop")),
+    ];
+    let (theirs, ours) = continued(&pi, "pi16req-empty-user", m, &entries).await;
+    assert_eq!(ours, theirs);
+    assert_eq!(
+        ours,
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": [{"type": "text", "text": "next"}]}
+        ])
+    );
+}
+
