@@ -103,13 +103,25 @@ async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Va
         .arg(&theirs)
         .arg("next");
     let out = tokio::task::block_in_place(|| cmd.output().unwrap());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut cmd = std::process::Command::new(pi_lsp_bin());
-    cmd.arg("run").arg("--workspace").arg(&ws).arg("--session").arg(&ours);
+    cmd.arg("run")
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("--session")
+        .arg(&ours);
     cmd.args(["--model", model, "next"])
         .envs(env.iter().map(|(k, v)| (k, v)));
     let out = tokio::task::block_in_place(|| cmd.output().unwrap());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let sent = mock.requests();
     assert_eq!(sent.len(), 2, "one request each");
     (conversation(&sent[0].body), conversation(&sent[1].body))
@@ -130,15 +142,32 @@ async fn anthropic_sends_each_user_side_message_as_its_own_turn() {
         {"type": "toolCall", "id": "toolu_2", "name": "read", "arguments": {"path": "b"}}]);
     let entries = [
         entry("u0", "", user("old question")),
-        entry("a0", "u0", assistant(m, api, json!([{"type": "text", "text": "old answer"}]), "stop")),
+        entry(
+            "a0",
+            "u0",
+            assistant(
+                m,
+                api,
+                json!([{"type": "text", "text": "old answer"}]),
+                "stop",
+            ),
+        ),
         entry("u1", "a0", user("go")),
         entry("a1", "u1", assistant(m, api, calls, "toolUse")),
         entry("r1", "a1", result("toolu_1", "A")),
         entry("r2", "r1", result("toolu_2", "B")),
         entry("s1", "r2", user("STEERED text")),
-        entry("a2", "s1", assistant(m, api, json!([{"type": "text", "text": "ok"}]), "stop")),
-        entry("b1", "a2", json!({"role": "bashExecution", "command": "echo x", "output": "x\n",
-            "exitCode": 0, "cancelled": false, "truncated": false, "timestamp": 4})),
+        entry(
+            "a2",
+            "s1",
+            assistant(m, api, json!([{"type": "text", "text": "ok"}]), "stop"),
+        ),
+        entry(
+            "b1",
+            "a2",
+            json!({"role": "bashExecution", "command": "echo x", "output": "x\n",
+            "exitCode": 0, "cancelled": false, "truncated": false, "timestamp": 4}),
+        ),
         json!({"type": "custom_message", "id": "c1", "parentId": "b1",
             "timestamp": "2026-12-01T00:00:02.000Z", "customType": "k",
             "content": "custom context", "display": true}),
@@ -172,15 +201,24 @@ async fn anthropic_sends_each_user_side_message_as_its_own_turn() {
     );
 }
 
-
 /// A read of an empty file on `model` (`api`, the call's id `call_id`) and its answer.
 fn empty_read(model: &str, api: &str, call_id: &str) -> Vec<Value> {
-    let call = json!([{"type": "toolCall", "id": call_id, "name": "read", "arguments": {"path": "e"}}]);
+    let call =
+        json!([{"type": "toolCall", "id": call_id, "name": "read", "arguments": {"path": "e"}}]);
     vec![
         entry("u1", "", user("read e")),
         entry("a1", "u1", assistant(model, api, call, "toolUse")),
         entry("r1", "a1", result(call_id, "")),
-        entry("a2", "r1", assistant(model, api, json!([{"type": "text", "text": "empty"}]), "stop")),
+        entry(
+            "a2",
+            "r1",
+            assistant(
+                model,
+                api,
+                json!([{"type": "text", "text": "empty"}]),
+                "stop",
+            ),
+        ),
     ]
 }
 
@@ -206,8 +244,13 @@ async fn an_empty_tool_result_says_no_tool_output_on_the_openai_wires() {
         ])
     );
     let responses = empty_read("mockresp/mock-resp-1", "openai-responses", "call_1|fc_1");
-    let (theirs, ours) =
-        continued(&pi, "pi16req-empty-resp", "mockresp/mock-resp-1", &responses).await;
+    let (theirs, ours) = continued(
+        &pi,
+        "pi16req-empty-resp",
+        "mockresp/mock-resp-1",
+        &responses,
+    )
+    .await;
     assert_eq!(ours, theirs);
     assert_eq!(
         ours,
@@ -233,9 +276,17 @@ async fn an_empty_user_text_is_left_out_on_chat_completions() {
     let (m, api) = ("mock/mock-1", "openai-completions");
     let entries = [
         entry("u1", "", user("hi")),
-        entry("a1", "u1", assistant(m, api, json!([{"type": "text", "text": "hello"}]), "stop")),
+        entry(
+            "a1",
+            "u1",
+            assistant(m, api, json!([{"type": "text", "text": "hello"}]), "stop"),
+        ),
         entry("u2", "a1", user("")),
-        entry("a2", "u2", assistant(m, api, json!([{"type": "text", "text": ""}]), "stop")),
+        entry(
+            "a2",
+            "u2",
+            assistant(m, api, json!([{"type": "text", "text": ""}]), "stop"),
+        ),
     ];
     let (theirs, ours) = continued(&pi, "pi16req-empty-user", m, &entries).await;
     assert_eq!(ours, theirs);
@@ -246,6 +297,112 @@ async fn an_empty_user_text_is_left_out_on_chat_completions() {
             {"role": "assistant", "content": "hello"},
             {"role": "user", "content": [{"type": "text", "text": "next"}]}
         ])
+    );
+}
+
+/// The request bodies Pi 1.6.0 (`pi -p`, tools read, bash, edit, write) and pi-lsp
+/// (`pi-lsp run`, the same tools) each send for `prompt` in a fresh workspace at the
+/// chat-completions model, which answers each side with `steps`: (Pi's, ours).
+async fn fresh(pi: &Path, name: &str, steps: &[Step], prompt: &str) -> (Vec<Value>, Vec<Value>) {
+    let tmp = TempDir::new(name);
+    let root = tmp.path();
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let script: Vec<Step> = steps.iter().chain(steps).cloned().collect();
+    let mock = MockModel::start(script).await;
+    let agent = root.join("agent");
+    let package = pi16_package(pi).display().to_string();
+    let env = agent_env(&agent, &mock.models_json(), &[("PI_PACKAGE_DIR", &package)]);
+    let tools = ["--tools", "read,bash,edit,write"];
+    let mut cmd = pi_bare_command(pi, &ws, &agent, root);
+    cmd.args([
+        "-p",
+        "--provider",
+        "mock",
+        "--model",
+        "mock-1",
+        "--no-session",
+    ])
+    .args(tools)
+    .arg(prompt);
+    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = mock.requests().len();
+    let mut cmd = std::process::Command::new(pi_lsp_bin());
+    cmd.arg("run").arg("--workspace").arg(&ws);
+    cmd.args(["--model", "mock/mock-1"])
+        .args(tools)
+        .arg(prompt)
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent: Vec<Value> = mock.requests().into_iter().map(|r| r.body).collect();
+    (sent[..theirs].to_vec(), sent[theirs..].to_vec())
+}
+
+/// The `tool` messages of a chat-completions body, their spill file's path put aside
+/// (`Full output: …` names a file of each side's own).
+fn tool_texts(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            let text = m["content"].as_str().unwrap();
+            match text.split_once(" Full output: ") {
+                Some((head, _)) => format!("{head} Full output: …]"),
+                None => text.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The bash tool's tail counts lines as Pi 1.6's `truncateTail` does: a final newline ends the
+/// last line (3,000 lines by the line limit: lines 1001-3000 of 3000; 1,500 lines of 52 bytes
+/// by the byte limit: the 984 that fit in 50 KB, 517-1500 of 1500), an output without one
+/// counts its last piece.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bash_tools_tail_counts_lines_as_pi() {
+    let Some(pi) = pi16_bin("the_bash_tools_tail_counts_lines_as_pi") else {
+        return;
+    };
+    let commands = [
+        "seq 1 3000",
+        "for i in $(seq 1 1500); do printf '%051d\\n' $i; done",
+        "seq 1 2500; printf tail",
+    ];
+    let mut steps: Vec<Step> = commands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Step::call(&format!("call_{i}"), "bash", json!({"command": c})))
+        .collect();
+    steps.push(Step::text("done"));
+    let (theirs, ours) = fresh(&pi, "pi16req-bash-tail", &steps, "run them").await;
+    assert_eq!((theirs.len(), ours.len()), (4, 4));
+    let (theirs, ours) = (tool_texts(&theirs[3]), tool_texts(&ours[3]));
+    assert_eq!(ours, theirs);
+    let lines = |from: u32, to: u32, form: fn(u32) -> String| {
+        (from..=to).map(form).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(
+        ours,
+        [
+            lines(1001, 3000, |n| n.to_string())
+                + "\n\n[Showing lines 1001-3000 of 3000. Full output: …]",
+            lines(517, 1500, |n| format!("{n:051}"))
+                + "\n\n[Showing lines 517-1500 of 1500 (50.0KB limit). Full output: …]",
+            lines(502, 2500, |n| n.to_string())
+                + "\ntail\n\n[Showing lines 502-2501 of 2501. Full output: …]",
+        ]
     );
 }
 
