@@ -6,11 +6,13 @@
 //! whole. Pi 1.6's pi-ai `convertMessages` of each provider is the rule.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::ffi::OsStr;
 use std::path::Path;
 
 use pi_e2e::headless::pi_bare_command;
-use pi_e2e::lsp_client::agent_env;
+use pi_e2e::lsp_client::{agent_env, EditorBehavior, LspClient};
 use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::pi_rpc::PiRpc;
 use pi_e2e::{pi16_bin, pi16_package, pi_lsp_bin, TempDir};
 use serde_json::{json, Value};
 
@@ -406,3 +408,52 @@ async fn the_bash_tools_tail_counts_lines_as_pi() {
     );
 }
 
+/// The user's own command over the limits (`seq 1 3000`) keeps Pi 1.6's plain tail
+/// (bash-executor.js): Pi RPC's `bash` and `agent/bash` give the same output (lines
+/// 1001-3000, no notice inside it), `truncated`, exit code; the spill file holds the whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_command_keeps_pis_plain_tail() {
+    let Some(pi) = pi16_bin("a_users_command_keeps_pis_plain_tail") else {
+        return;
+    };
+    let tmp = TempDir::new("pi16req-user-bash");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![]).await;
+    let agent = tmp.path().join("agent");
+    let package = pi16_package(&pi).display().to_string();
+    let env = agent_env(&agent, &mock.models_json(), &[("PI_PACKAGE_DIR", &package)]);
+    let command = "seq 1 3000";
+    let mut rpc = PiRpc::start(&pi, &ws, &agent, &[OsStr::new("--no-session")]);
+    let theirs =
+        tokio::task::block_in_place(|| rpc.request(json!({"type": "bash", "command": command})));
+    rpc.close();
+    let mut c = LspClient::start(&pi_lsp_bin(), &ws, &env, EditorBehavior::default()).await;
+    let sid = c
+        .request("agent/session/new", json!({"model": "mock/mock-1"}))
+        .await
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ours = c
+        .request("agent/bash", json!({"sessionId": sid, "command": command}))
+        .await
+        .unwrap();
+    let tail = (1001..=3000)
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let seen = |r: &Value| {
+        let full = std::fs::read_to_string(r["fullOutputPath"].as_str().unwrap()).unwrap();
+        json!([
+            r["output"],
+            r["exitCode"],
+            r["cancelled"],
+            r["truncated"],
+            full.len()
+        ])
+    };
+    assert_eq!(seen(&ours), seen(&theirs));
+    assert_eq!(seen(&ours), json!([tail, 0, false, true, 13893]));
+}

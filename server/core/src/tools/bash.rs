@@ -467,6 +467,22 @@ impl Output {
     }
 }
 
+/// `text` (a bash result's text, its status line put aside) without the truncation notice
+/// [`Output`] puts after the tail when it cut the output to its file `full_output_path`:
+/// `\n\n[… Full output: PATH]`. What is left is the plain tail Pi 1.6's `executeBash` keeps for
+/// a user's own command (bash-executor.js: `truncateTail(…).content`, no notice). A text
+/// without the notice is returned whole.
+pub fn without_truncation_notice<'a>(text: &'a str, full_output_path: &str) -> &'a str {
+    let end = format!(" Full output: {full_output_path}]");
+    match text
+        .strip_suffix(end.as_str())
+        .and_then(|t| t.rsplit_once("\n\n["))
+    {
+        Some((tail, _)) => tail,
+        None => text,
+    }
+}
+
 /// What a terminal would leave on screen, as plain text for the model (issue "clients, round
 /// 2", item 12): escape sequences (colours, cursor moves, OSC titles/links) removed by
 /// `strip-ansi-escapes` (a VT parser), and each line's carriage-return rewrites collapsed to
