@@ -260,7 +260,8 @@ fn thinking_enabled(model: &Model) -> bool {
 /// `xhigh` / `max` as `thinkingLevelMap` names them, else high: Pi's
 /// `mapThinkingLevelToEffort`);
 /// older models → `thinking: {type: enabled, budget_tokens}` with `max_tokens` raised by the
-/// budget (capped at the model's limit, keeping 1,024 tokens of output).
+/// budget (capped at the model's limit, keeping 1,024 tokens of output; a budget cut to 0
+/// goes as 1,024, Pi's `thinkingBudgetTokens || 1024`).
 fn apply_thinking(model: &Model, options: &StreamOptions, body: &mut Value) {
     let Some(level) = model.thinking_level.filter(|_| model.reasoning) else {
         return;
@@ -291,6 +292,10 @@ fn apply_thinking(model: &Model, options: &StreamOptions, body: &mut Value) {
     }
     if max_tokens <= budget {
         budget = max_tokens.saturating_sub(1_024);
+    }
+    // Pi 1.6 sends `thinkingBudgetTokens || 1024`: a budget cut to nothing asks for 1,024.
+    if budget == 0 {
+        budget = 1_024;
     }
     body["max_tokens"] = json!(max_tokens);
     body["thinking"] = json!({"type":"enabled","budget_tokens":budget,"display":"summarized"});
@@ -1184,6 +1189,16 @@ mod tests {
                 json!({"type":"enabled","budget_tokens":976,"display":"summarized"})
             )
         );
+        // No room for a budget beside 1,024 tokens of answer: Pi 1.6.0 asks for 1,024.
+        for max_tokens in [1_000, 1_024] {
+            assert_eq!(
+                sent(max_tokens, ThinkingLevel::High),
+                (
+                    json!(max_tokens),
+                    json!({"type":"enabled","budget_tokens":1024,"display":"summarized"})
+                )
+            );
+        }
     }
 
     /// A refusal or a `sensitive` stop is an error worded as Pi 1.6 words it.
