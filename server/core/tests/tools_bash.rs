@@ -253,11 +253,15 @@ async fn bash04_seq_3000_keeps_tail_and_spills() {
     let out = run(json!({"command": "seq 3000"})).await.unwrap();
     let details = out.details.clone().unwrap();
     let path = full_output_path(&details);
-    // Pi counts lines as `split("\n")`: the empty piece after the last newline is line 3001.
-    let expected: String = (1002..=3000).map(|i| format!("{i}\n")).collect();
+    // Pi 1.6 counts lines as truncate.js `splitLinesForCounting`: the final newline ends line
+    // 3000, the tail is lines 1001-3000 joined by newlines.
+    let expected = (1001..=3000)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
     let got = text_of(&out);
     let want = format!(
-        "{expected}\n\n[Showing lines 1002-3001 of 3001. Full output: {}]",
+        "{expected}\n\n[Showing lines 1001-3000 of 3000. Full output: {}]",
         path.display()
     );
     assert!(

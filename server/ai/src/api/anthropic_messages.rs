@@ -2,8 +2,8 @@
 //!
 //! Source of the shapes: Anthropic's Messages API streaming reference (events `message_start`,
 //! `content_block_start|delta|stop`, `message_delta`, `message_stop`, `ping`, `error`). Tool
-//! results travel as `tool_result` blocks in a user turn; consecutive user-role messages are
-//! merged (results first) because the API needs strict alternation (case PAIR-05).
+//! results travel as `tool_result` blocks in a user turn; back-to-back tool results share one
+//! user turn, every other message is a turn of its own (Pi 1.6's `convertMessages`).
 
 use serde_json::{json, Value};
 
@@ -45,20 +45,30 @@ fn image(i: &crate::types::ImageContent) -> Value {
     json!({"type":"image","source":{"type":"base64","media_type":i.mime_type,"data":&*i.data}})
 }
 
-fn user_blocks(content: &UserContent) -> Vec<Value> {
+/// A user message's `content` as Pi 1.6's `convertMessages` sends it: a text content as a
+/// string, blocks as blocks; `None` when nothing is left (blank text, blank blocks only),
+/// which leaves the message out.
+fn user_content(content: &UserContent) -> Option<Value> {
     match content {
-        UserContent::Text(t) if t.trim().is_empty() => Vec::new(),
-        UserContent::Text(t) => vec![json!({"type":"text","text":t})],
-        UserContent::Blocks(b) => b
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::Text(t) if t.text.trim().is_empty() => None,
-                ContentBlock::Text(t) => Some(json!({"type":"text","text":t.text})),
-                ContentBlock::Image(i) => Some(image(i)),
-                _ => None,
-            })
-            .collect(),
+        UserContent::Text(t) if t.trim().is_empty() => None,
+        UserContent::Text(t) => Some(Value::String(t.clone())),
+        UserContent::Blocks(b) => {
+            let blocks = user_blocks(b);
+            (!blocks.is_empty()).then_some(Value::Array(blocks))
+        }
     }
+}
+
+fn user_blocks(blocks: &[ContentBlock]) -> Vec<Value> {
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text(t) if t.text.trim().is_empty() => None,
+            ContentBlock::Text(t) => Some(json!({"type":"text","text":t.text})),
+            ContentBlock::Image(i) => Some(image(i)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A tool result's `content`: a string when it is text only, else text and image blocks
@@ -104,9 +114,12 @@ fn assistant_block(b: &ContentBlock) -> Option<Value> {
 }
 
 /// Converts provider-neutral messages to Anthropic `messages` for `model`, after
-/// [`transform_messages`]: tool results go as `tool_result` blocks in a user turn, and
-/// consecutive user-role turns are merged (results first) for strict alternation (PAIR-05).
-/// With `cache` the last block of the last user turn gets `cache_control` (Pi).
+/// [`transform_messages`], as Pi 1.6's `convertMessages`: tool results go as `tool_result`
+/// blocks in a user turn, back-to-back results in one; every other message (a user message,
+/// a steer, a summary, a custom or bash message) is a turn of its own, even after another
+/// user-side one (the API accepts consecutive user turns). A text-only user content goes as
+/// a string. With `cache` the last block of the last user or system turn gets
+/// `cache_control` (a string content made one text block for it, as Pi).
 ///
 /// A [`Message::System`] goes as a `system`-role message of one text block (Pi 1.6's
 /// wording, [`crate::SystemMessage::update_text`]), held back until just before the next
@@ -137,43 +150,51 @@ fn convert_from(
     values: &mut Vec<Value>,
     step: &mut dyn FnMut(usize, usize),
 ) {
-    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    let mut pending: Vec<Vec<Value>> = Vec::new();
+    let mut out: Vec<(&'static str, Value)> = Vec::new();
+    let mut pending: Vec<Value> = Vec::new();
     for (i, m) in msgs.iter().enumerate().skip(start) {
-        let (role, blocks) = match m {
+        let (role, content) = match m {
             Message::System(s) => {
                 let text = s.update_text();
                 if !text.is_empty() {
-                    pending.push(vec![json!({"type":"text","text":text})]);
+                    pending.push(json!([{"type":"text","text":text}]));
                 }
                 continue;
             }
-            Message::User(u) => ("user", user_blocks(&u.content)),
-            Message::Assistant(a) => (
-                "assistant",
-                a.content.iter().filter_map(assistant_block).collect(),
-            ),
-            Message::ToolResult(r) => (
-                "user",
-                vec![json!({"type":"tool_result","tool_use_id":r.tool_call_id,
-                    "content":result_content(&r.content),"is_error":r.is_error})],
-            ),
+            Message::User(u) => match user_content(&u.content) {
+                Some(content) => ("user", content),
+                None => continue,
+            },
+            Message::Assistant(a) => {
+                let blocks: Vec<Value> = a.content.iter().filter_map(assistant_block).collect();
+                if blocks.is_empty() {
+                    continue;
+                }
+                out.extend(pending.drain(..).map(|b| ("system", b)));
+                step(i, out.len());
+                ("assistant", Value::Array(blocks))
+            }
+            Message::ToolResult(r) => {
+                let block = json!({"type":"tool_result","tool_use_id":r.tool_call_id,
+                    "content":result_content(&r.content),"is_error":r.is_error});
+                // Pi collects a run of back-to-back results into one user turn.
+                let follows_result = i > start && matches!(msgs[i - 1], Message::ToolResult(_));
+                if let (true, Some(("user", Value::Array(prev)))) = (follows_result, out.last_mut())
+                {
+                    prev.push(block);
+                    continue;
+                }
+                ("user", json!([block]))
+            }
         };
-        if blocks.is_empty() {
-            continue;
-        }
-        if role == "assistant" {
-            out.extend(pending.drain(..).map(|b| ("system", b)));
-            step(i, out.len());
-        }
-        match out.last_mut() {
-            Some((last, prev)) if *last == role && role == "user" => prev.extend(blocks),
-            _ => out.push((role, blocks)),
-        }
+        out.push((role, content));
     }
     out.extend(pending.drain(..).map(|b| ("system", b)));
-    if let (Some(cc), Some(("user" | "system", blocks))) = (cache, out.last_mut()) {
-        if let Some(last) = blocks.last_mut() {
+    if let (Some(cc), Some(("user" | "system", content))) = (cache, out.last_mut()) {
+        if let Value::String(text) = content {
+            *content = json!([{"type":"text","text":std::mem::take(text)}]);
+        }
+        if let Some(last) = content.as_array_mut().and_then(|b| b.last_mut()) {
             last["cache_control"] = cc.clone();
         }
     }
@@ -228,7 +249,8 @@ fn thinking_enabled(model: &Model) -> bool {
 /// `mapThinkingLevelToEffort`);
 /// older models → `thinking: {type: enabled, budget_tokens}` (the level's budget of
 /// [`Model::thinking_budgets`], settings `thinkingBudgets`) with `max_tokens` raised by the
-/// budget (capped at the model's limit, keeping 1,024 tokens of output).
+/// budget (capped at the model's limit, keeping 1,024 tokens of output; a budget cut to 0
+/// goes as 1,024, Pi's `thinkingBudgetTokens || 1024`).
 fn apply_thinking(model: &Model, options: &StreamOptions, body: &mut Value) {
     let Some(level) = model.thinking_level.filter(|_| model.reasoning) else {
         return;
@@ -259,6 +281,10 @@ fn apply_thinking(model: &Model, options: &StreamOptions, body: &mut Value) {
     }
     if max_tokens <= budget {
         budget = max_tokens.saturating_sub(1_024);
+    }
+    // Pi 1.6 sends `thinkingBudgetTokens || 1024`: a budget cut to nothing asks for 1,024.
+    if budget == 0 {
+        budget = 1_024;
     }
     body["max_tokens"] = json!(max_tokens);
     body["thinking"] = json!({"type":"enabled","budget_tokens":budget,"display":"summarized"});
@@ -1152,6 +1178,16 @@ mod tests {
                 json!({"type":"enabled","budget_tokens":976,"display":"summarized"})
             )
         );
+        // No room for a budget beside 1,024 tokens of answer: Pi 1.6.0 asks for 1,024.
+        for max_tokens in [1_000, 1_024] {
+            assert_eq!(
+                sent(max_tokens, ThinkingLevel::High),
+                (
+                    json!(max_tokens),
+                    json!({"type":"enabled","budget_tokens":1024,"display":"summarized"})
+                )
+            );
+        }
     }
 
     /// A refusal or a `sensitive` stop is an error worded as Pi 1.6 words it.
@@ -1176,12 +1212,24 @@ mod tests {
         assert_eq!(stop_error("end_turn", &Value::Null), "");
     }
 
+    /// Pi 1.6's `convertMessages`: back-to-back tool results share one user turn; the
+    /// steer after them, a summary, a kept user message and a custom message are each a user
+    /// turn of their own; a text content goes as a string (made a block for the cache mark);
+    /// a blank user message is left out.
     #[test]
-    fn tool_results_and_next_user_merge_results_first() {
+    fn only_back_to_back_tool_results_share_a_user_turn() {
         let m: Vec<Message> = serde_json::from_value(json!([
             {"role":"user","content":"q"},
-            {"role":"assistant","content":[{"type":"toolCall","id":"t1","name":"ls","arguments":{}}],"stopReason":"toolUse"},
+            {"role":"assistant","content":[
+                {"type":"toolCall","id":"t1","name":"ls","arguments":{}},
+                {"type":"toolCall","id":"t2","name":"ls","arguments":{}}],"stopReason":"toolUse"},
             {"role":"toolResult","toolCallId":"t1","toolName":"ls","content":[{"type":"text","text":"a"}],"isError":false},
+            {"role":"toolResult","toolCallId":"t2","toolName":"ls","content":[{"type":"text","text":"b"}],"isError":true},
+            {"role":"user","content":[{"type":"text","text":"STEERED"}]},
+            {"role":"user","content":"  "},
+            {"role":"user","content":[{"type":"text","text":"custom context"}]},
+            {"role":"assistant","content":[{"type":"text","text":"ok"}],"stopReason":"stop"},
+            {"role":"user","content":"summary"},
             {"role":"user","content":"what's 2+2"}
         ]))
         .unwrap();
@@ -1193,10 +1241,18 @@ mod tests {
                 Some(&json!({"type":"ephemeral"}))
             )),
             json!([
-                {"role":"user","content":[{"type":"text","text":"q"}]},
-                {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"ls","input":{}}]},
+                {"role":"user","content":"q"},
+                {"role":"assistant","content":[
+                    {"type":"tool_use","id":"t1","name":"ls","input":{}},
+                    {"type":"tool_use","id":"t2","name":"ls","input":{}}]},
                 {"role":"user","content":[
                     {"type":"tool_result","tool_use_id":"t1","content":"a","is_error":false},
+                    {"type":"tool_result","tool_use_id":"t2","content":"b","is_error":true}]},
+                {"role":"user","content":[{"type":"text","text":"STEERED"}]},
+                {"role":"user","content":[{"type":"text","text":"custom context"}]},
+                {"role":"assistant","content":[{"type":"text","text":"ok"}]},
+                {"role":"user","content":"summary"},
+                {"role":"user","content":[
                     {"type":"text","text":"what's 2+2","cache_control":{"type":"ephemeral"}}]}
             ])
         );

@@ -377,6 +377,24 @@ impl UrlSlot {
     }
 }
 
+/// A tool result's text on the OpenAI wires, as Pi 1.6 sends it (openai-completions'
+/// `convertMessages`, openai-responses-shared's `convertToolResultOutput`): its text blocks
+/// joined with newlines when they hold more than whitespace, else `(see attached image)` when
+/// it holds an image, else `(no tool output)` (an empty file read, a command without output).
+pub(crate) fn tool_result_text(content: &[crate::types::ContentBlock]) -> String {
+    let text = crate::types::join_text(content);
+    if !text.trim().is_empty() {
+        text
+    } else if content
+        .iter()
+        .any(|b| matches!(b, crate::types::ContentBlock::Image(_)))
+    {
+        "(see attached image)".to_string()
+    } else {
+        "(no tool output)".to_string()
+    }
+}
+
 /// Joins a base URL and a path without doubling or dropping the `/`.
 pub(crate) fn join_url(base: &str, path: &str) -> String {
     format!(

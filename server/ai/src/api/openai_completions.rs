@@ -205,7 +205,7 @@ fn convert_from(
         {
             out.push(json!({"role":"assistant","content":"I have processed the tool results."}));
         }
-        last_was_result = false;
+        let was_result = std::mem::replace(&mut last_was_result, false);
         match m {
             Message::System(sm) => {
                 let text = sm.update_text();
@@ -215,16 +215,21 @@ fn convert_from(
             }
             Message::User(u) => match &u.content {
                 UserContent::Text(t) => out.push(json!({"role":"user","content":t})),
+                // Pi 1.6 leaves out empty text blocks (whitespace is kept), and a message
+                // left with nothing, which then does not count as the last role.
                 UserContent::Blocks(blocks) => {
                     let parts: Vec<Value> = blocks
                         .iter()
                         .filter_map(|b| match b {
+                            ContentBlock::Text(t) if t.text.is_empty() => None,
                             ContentBlock::Text(t) => Some(json!({"type":"text","text":t.text})),
                             ContentBlock::Image(i) => Some(data_url(i)),
                             _ => None,
                         })
                         .collect();
-                    if !parts.is_empty() {
+                    if parts.is_empty() {
+                        last_was_result = was_result;
+                    } else {
                         out.push(json!({"role":"user","content":parts}));
                     }
                 }
@@ -296,9 +301,8 @@ fn convert_from(
             Message::ToolResult(_) => {
                 let mut images = Vec::new();
                 while let Some(Message::ToolResult(r)) = msgs.get(i) {
-                    let text = crate::types::join_text(&r.content);
                     let mut tm = json!({"role":"tool",
-                        "content": if text.is_empty() { "(see attached image)".to_string() } else { text },
+                        "content": super::tool_result_text(&r.content),
                         "tool_call_id": r.tool_call_id});
                     if compat.requires_tool_result_name && !r.tool_name.is_empty() {
                         tm["name"] = json!(r.tool_name);

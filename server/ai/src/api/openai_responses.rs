@@ -157,7 +157,6 @@ fn convert_from(
                 }
             }
             Message::ToolResult(r) => {
-                let text = crate::types::join_text(&r.content);
                 let has_images = r
                     .content
                     .iter()
@@ -165,7 +164,8 @@ fn convert_from(
                 let call_id = r.tool_call_id.split('|').next().unwrap_or_default();
                 let output = if has_images && takes_images {
                     let mut parts = Vec::new();
-                    if !text.is_empty() {
+                    let text = crate::types::join_text(&r.content);
+                    if !text.trim().is_empty() {
                         parts.push(json!({"type":"input_text","text":text}));
                     }
                     parts.extend(r.content.iter().filter_map(|b| match b {
@@ -173,10 +173,8 @@ fn convert_from(
                         _ => None,
                     }));
                     Value::Array(parts)
-                } else if text.is_empty() {
-                    json!("(see attached image)")
                 } else {
-                    json!(text)
+                    json!(super::tool_result_text(&r.content))
                 };
                 out.push(json!({"type":"function_call_output","call_id":call_id,"output":output}));
             }

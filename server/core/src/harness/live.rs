@@ -695,16 +695,21 @@ impl AgentSession {
         } else {
             split_status(&text).0
         };
+        let full_output_path = details
+            .as_ref()
+            .and_then(|d| d["fullOutputPath"].as_str())
+            .map(str::to_string);
+        // Pi 1.6 stores a cut output as the plain tail: no notice inside it.
+        let output = match &full_output_path {
+            Some(path) => crate::tools::without_truncation_notice(&output, path).to_string(),
+            None => output,
+        };
         let output = if output == "(no output)" {
             String::new()
         } else {
             output
         };
         let cancelled = cancel.is_cancelled();
-        let full_output_path = details
-            .as_ref()
-            .and_then(|d| d["fullOutputPath"].as_str())
-            .map(str::to_string);
         // Pi leaves `fullOutputPath` out when the output was not cut.
         let execution = BashExecution {
             command: command.to_string(),

@@ -290,7 +290,7 @@ impl Output {
     }
 
     fn needs_spill(&self) -> bool {
-        self.total_bytes > MAX_BYTES || self.total_lines > MAX_LINES || self.clipped_lines > 0
+        self.total_bytes > MAX_BYTES || self.lines_total() > MAX_LINES || self.clipped_lines > 0
     }
 
     fn ensure_spill(&mut self) {
@@ -357,9 +357,15 @@ impl Output {
         }
     }
 
-    /// Lines counted the way Pi counts them (`split("\n").length`).
+    /// Whether the output so far ends a line (a final `\n`, or nothing yet).
+    fn ends_line(&self) -> bool {
+        self.line_bytes == 0
+    }
+
+    /// Lines counted the way Pi 1.6 counts them (truncate.js `splitLinesForCounting`: the
+    /// `\n`-separated pieces, a final `\n` ending the last line rather than starting one).
     fn lines_total(&self) -> usize {
-        self.total_lines + 1
+        self.total_lines + usize::from(!self.ends_line())
     }
 
     /// The tail within Pi's limits and, when anything was cut, Pi's notice and details.
@@ -378,7 +384,12 @@ impl Output {
             }
         }
         let text = plain_text(&self.tail);
-        let lines: Vec<&str> = text.split('\n').collect();
+        // Pi's lines: a final newline ends the last line (it is kept when nothing is cut).
+        let body = match text.strip_suffix('\n') {
+            Some(body) if self.ends_line() => body,
+            _ => text.as_str(),
+        };
+        let lines: Vec<&str> = body.split('\n').collect();
         let mut kept: Vec<&str> = Vec::new();
         let mut bytes = 0;
         let mut by_bytes = false;
@@ -395,11 +406,15 @@ impl Output {
             kept.push(l);
         }
         kept.reverse();
-        let mut out = kept.join("\n");
+        let total = self.lines_total();
+        let mut out = if kept.len() >= total {
+            text.clone()
+        } else {
+            kept.join("\n")
+        };
         let Some(path) = self.spill_path.as_ref().map(|p| p.display().to_string()) else {
             return (out, None);
         };
-        let total = self.lines_total();
         let first = total.saturating_sub(kept.len()) + 1;
         let mut notice = if kept.len() < total {
             if by_bytes {
@@ -449,6 +464,22 @@ impl Output {
             }
         }
         String::from_utf8_lossy(s).into_owned()
+    }
+}
+
+/// `text` (a bash result's text, its status line put aside) without the truncation notice
+/// [`Output`] puts after the tail when it cut the output to its file `full_output_path`:
+/// `\n\n[… Full output: PATH]`. What is left is the plain tail Pi 1.6's `executeBash` keeps for
+/// a user's own command (bash-executor.js: `truncateTail(…).content`, no notice). A text
+/// without the notice is returned whole.
+pub fn without_truncation_notice<'a>(text: &'a str, full_output_path: &str) -> &'a str {
+    let end = format!(" Full output: {full_output_path}]");
+    match text
+        .strip_suffix(end.as_str())
+        .and_then(|t| t.rsplit_once("\n\n["))
+    {
+        Some((tail, _)) => tail,
+        None => text,
     }
 }
 

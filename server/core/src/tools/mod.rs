@@ -17,8 +17,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use bash::{
-    kill_all_groups, kill_all_groups_now, kill_group, BashEnd, BashExecutor, BashRun, BashTool,
-    BeforeBash, BASH_GUIDELINE, KILL_GRACE,
+    kill_all_groups, kill_all_groups_now, kill_group, without_truncation_notice, BashEnd,
+    BashExecutor, BashRun, BashTool, BeforeBash, BASH_GUIDELINE, KILL_GRACE,
 };
 pub(crate) use edit::minimal_replace;
 pub use edit::EditTool;

@@ -1,0 +1,453 @@
+//! How a stored conversation goes over each wire, compared whole with Pi 1.6.0
+//! (`$PI16_REF_BIN`): one crafted session file continued once by Pi (`pi -p --session`) and
+//! once here (`pi-lsp run --session`) on the loopback model, and the conversation part of the
+//! two requests (Anthropic's `messages`, chat completions' `messages` and Responses' `input`
+//! without the system prompt, which differs by design: the tool set) asserted equal and
+//! whole. Pi 1.6's pi-ai `convertMessages` of each provider is the rule.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use pi_e2e::headless::pi_bare_command;
+use pi_e2e::lsp_client::{agent_env, EditorBehavior, LspClient};
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::pi_rpc::PiRpc;
+use pi_e2e::{pi16_bin, pi16_package, pi_lsp_bin, TempDir};
+use serde_json::{json, Value};
+
+/// A message entry of a crafted file: id `id`, after `parent` (`""`: the first entry).
+fn entry(id: &str, parent: &str, message: Value) -> Value {
+    let parent = Some(parent).filter(|p| !p.is_empty());
+    json!({"type": "message", "id": id, "parentId": parent,
+        "timestamp": "2026-12-01T00:00:01.000Z", "message": message})
+}
+
+/// A stored user message of one text block.
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1})
+}
+
+/// A stored assistant message of `content` from `model` (`provider/id`) on `api`.
+fn assistant(model: &str, api: &str, content: Value, stop: &str) -> Value {
+    let (provider, id) = model.split_once('/').unwrap();
+    json!({"role": "assistant", "content": content, "api": api, "provider": provider,
+        "model": id, "stopReason": stop, "timestamp": 2,
+        "usage": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
+            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}})
+}
+
+/// A stored tool result of `text` for call `id`.
+fn result(id: &str, text: &str) -> Value {
+    json!({"role": "toolResult", "toolCallId": id, "toolName": "read",
+        "content": [{"type": "text", "text": text}], "isError": false, "timestamp": 3})
+}
+
+/// The conversation part of a request body: Anthropic's `messages`; chat completions'
+/// `messages` and Responses' `input` without their system / developer messages.
+fn conversation(body: &Value) -> Value {
+    if let Some(input) = body.get("input") {
+        return Value::Array(
+            input
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] != "system" && m["role"] != "developer")
+                .cloned()
+                .collect(),
+        );
+    }
+    if body.get("system").is_some() {
+        return body["messages"].clone();
+    }
+    Value::Array(
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] != "system" && m["role"] != "developer")
+            .cloned()
+            .collect(),
+    )
+}
+
+/// The conversation part of the request Pi 1.6.0 (`pi`) and pi-lsp each send when they
+/// continue a file of `entries` (after the session header; the first entry's parent is
+/// none) with `next` at `model` (`provider/id` of the loopback model's `models.json`, with a
+/// third provider `mockresp`, openai-responses): (Pi's, ours).
+async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Value, Value) {
+    let tmp = TempDir::new(name);
+    let root = tmp.path();
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("done"), Step::text("done")]).await;
+    let mut models = mock.models_json();
+    models["providers"]["mockresp"] = json!({
+        "baseUrl": mock.openai_base(), "api": "openai-responses", "apiKey": "test-key",
+        "models": [{"id": "mock-resp-1", "contextWindow": 128000, "maxTokens": 4096}]
+    });
+    let agent = root.join("agent");
+    let package = pi16_package(pi).display().to_string();
+    let env = agent_env(&agent, &models, &[("PI_PACKAGE_DIR", &package)]);
+    let header = json!({"type": "session", "version": 3,
+        "id": "a0000000-0000-4000-8000-0000000000aa",
+        "timestamp": "2026-12-01T00:00:00.000Z", "cwd": ws});
+    let file: String = std::iter::once(&header)
+        .chain(entries)
+        .map(|e| format!("{e}\n"))
+        .collect();
+    let (theirs, ours) = (root.join("pi.jsonl"), root.join("ours.jsonl"));
+    std::fs::write(&theirs, &file).unwrap();
+    std::fs::write(&ours, &file).unwrap();
+    let (provider, id) = model.split_once('/').unwrap();
+    let mut cmd = pi_bare_command(pi, &ws, &agent, root);
+    cmd.args(["-p", "--provider", provider, "--model", id, "--session"])
+        .arg(&theirs)
+        .arg("next");
+    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut cmd = std::process::Command::new(pi_lsp_bin());
+    cmd.arg("run")
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("--session")
+        .arg(&ours);
+    cmd.args(["--model", model, "next"])
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent = mock.requests();
+    assert_eq!(sent.len(), 2, "one request each");
+    (conversation(&sent[0].body), conversation(&sent[1].body))
+}
+
+/// Anthropic, as Pi 1.6's `convertMessages`: back-to-back tool results are one user turn;
+/// the steer after them, a bash execution, a custom message, a compaction's summary, the kept
+/// user message after it and the new prompt are each a user turn of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_sends_each_user_side_message_as_its_own_turn() {
+    let Some(pi) = pi16_bin("anthropic_sends_each_user_side_message_as_its_own_turn") else {
+        return;
+    };
+    let m = "mockant/mock-ant-1";
+    let api = "anthropic-messages";
+    let calls = json!([
+        {"type": "toolCall", "id": "toolu_1", "name": "read", "arguments": {"path": "a"}},
+        {"type": "toolCall", "id": "toolu_2", "name": "read", "arguments": {"path": "b"}}]);
+    let entries = [
+        entry("u0", "", user("old question")),
+        entry(
+            "a0",
+            "u0",
+            assistant(
+                m,
+                api,
+                json!([{"type": "text", "text": "old answer"}]),
+                "stop",
+            ),
+        ),
+        entry("u1", "a0", user("go")),
+        entry("a1", "u1", assistant(m, api, calls, "toolUse")),
+        entry("r1", "a1", result("toolu_1", "A")),
+        entry("r2", "r1", result("toolu_2", "B")),
+        entry("s1", "r2", user("STEERED text")),
+        entry(
+            "a2",
+            "s1",
+            assistant(m, api, json!([{"type": "text", "text": "ok"}]), "stop"),
+        ),
+        entry(
+            "b1",
+            "a2",
+            json!({"role": "bashExecution", "command": "echo x", "output": "x\n",
+            "exitCode": 0, "cancelled": false, "truncated": false, "timestamp": 4}),
+        ),
+        json!({"type": "custom_message", "id": "c1", "parentId": "b1",
+            "timestamp": "2026-12-01T00:00:02.000Z", "customType": "k",
+            "content": "custom context", "display": true}),
+        json!({"type": "compaction", "id": "k1", "parentId": "c1",
+            "timestamp": "2026-12-01T00:00:03.000Z", "summary": "## Goal\nOLD",
+            "firstKeptEntryId": "u1", "tokensBefore": 400,
+            "details": {"readFiles": [], "modifiedFiles": []}, "fromHook": false}),
+    ];
+    let (theirs, ours) = continued(&pi, "pi16req-anthropic", m, &entries).await;
+    assert_eq!(ours, theirs);
+    let text = |t: &str| json!([{"type": "text", "text": t}]);
+    assert_eq!(
+        ours,
+        json!([
+            {"role": "user", "content": text("The conversation history before this point was \
+                compacted into the following summary:\n\n<summary>\n## Goal\nOLD\n</summary>")},
+            {"role": "user", "content": text("go")},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "read", "input": {"path": "b"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "A", "is_error": false},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "B", "is_error": false}]},
+            {"role": "user", "content": text("STEERED text")},
+            {"role": "assistant", "content": text("ok")},
+            {"role": "user", "content": text("Ran `echo x`\n```\nx\n\n```")},
+            {"role": "user", "content": text("custom context")},
+            {"role": "user", "content": [
+                {"type": "text", "text": "next", "cache_control": {"type": "ephemeral"}}]}
+        ])
+    );
+}
+
+/// A read of an empty file on `model` (`api`, the call's id `call_id`) and its answer.
+fn empty_read(model: &str, api: &str, call_id: &str) -> Vec<Value> {
+    let call =
+        json!([{"type": "toolCall", "id": call_id, "name": "read", "arguments": {"path": "e"}}]);
+    vec![
+        entry("u1", "", user("read e")),
+        entry("a1", "u1", assistant(model, api, call, "toolUse")),
+        entry("r1", "a1", result(call_id, "")),
+        entry(
+            "a2",
+            "r1",
+            assistant(
+                model,
+                api,
+                json!([{"type": "text", "text": "empty"}]),
+                "stop",
+            ),
+        ),
+    ]
+}
+
+/// A tool result without text or image (an empty file read) goes as Pi 1.6's
+/// `(no tool output)` on chat completions and Responses, not as an image's placeholder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_tool_result_says_no_tool_output_on_the_openai_wires() {
+    let Some(pi) = pi16_bin("an_empty_tool_result_says_no_tool_output_on_the_openai_wires") else {
+        return;
+    };
+    let chat = empty_read("mock/mock-1", "openai-completions", "call_1");
+    let (theirs, ours) = continued(&pi, "pi16req-empty-chat", "mock/mock-1", &chat).await;
+    assert_eq!(ours, theirs);
+    assert_eq!(
+        ours,
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "read e"}]},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "read", "arguments": "{\"path\":\"e\"}"}}]},
+            {"role": "tool", "content": "(no tool output)", "tool_call_id": "call_1"},
+            {"role": "assistant", "content": "empty"},
+            {"role": "user", "content": [{"type": "text", "text": "next"}]}
+        ])
+    );
+    let responses = empty_read("mockresp/mock-resp-1", "openai-responses", "call_1|fc_1");
+    let (theirs, ours) = continued(
+        &pi,
+        "pi16req-empty-resp",
+        "mockresp/mock-resp-1",
+        &responses,
+    )
+    .await;
+    assert_eq!(ours, theirs);
+    assert_eq!(
+        ours,
+        json!([
+            {"role": "user", "content": [{"type": "input_text", "text": "read e"}]},
+            {"type": "function_call", "call_id": "call_1", "name": "read",
+                "arguments": "{\"path\":\"e\"}", "id": "fc_1"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "(no tool output)"},
+            {"type": "message", "role": "assistant", "status": "completed", "id": "msg_pi_3",
+                "content": [{"type": "output_text", "text": "empty", "annotations": []}]},
+            {"role": "user", "content": [{"type": "input_text", "text": "next"}]}
+        ])
+    );
+}
+
+/// On chat completions a stored user message whose only text is empty is left out, as Pi
+/// 1.6's `convertMessages` leaves it (and the empty answer after it) out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_user_text_is_left_out_on_chat_completions() {
+    let Some(pi) = pi16_bin("an_empty_user_text_is_left_out_on_chat_completions") else {
+        return;
+    };
+    let (m, api) = ("mock/mock-1", "openai-completions");
+    let entries = [
+        entry("u1", "", user("hi")),
+        entry(
+            "a1",
+            "u1",
+            assistant(m, api, json!([{"type": "text", "text": "hello"}]), "stop"),
+        ),
+        entry("u2", "a1", user("")),
+        entry(
+            "a2",
+            "u2",
+            assistant(m, api, json!([{"type": "text", "text": ""}]), "stop"),
+        ),
+    ];
+    let (theirs, ours) = continued(&pi, "pi16req-empty-user", m, &entries).await;
+    assert_eq!(ours, theirs);
+    assert_eq!(
+        ours,
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": [{"type": "text", "text": "next"}]}
+        ])
+    );
+}
+
+/// The request bodies Pi 1.6.0 (`pi -p`, tools read, bash, edit, write) and pi-lsp
+/// (`pi-lsp run`, the same tools) each send for `prompt` in a fresh workspace at the
+/// chat-completions model, which answers each side with `steps`: (Pi's, ours).
+async fn fresh(pi: &Path, name: &str, steps: &[Step], prompt: &str) -> (Vec<Value>, Vec<Value>) {
+    let tmp = TempDir::new(name);
+    let root = tmp.path();
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let script: Vec<Step> = steps.iter().chain(steps).cloned().collect();
+    let mock = MockModel::start(script).await;
+    let agent = root.join("agent");
+    let package = pi16_package(pi).display().to_string();
+    let env = agent_env(&agent, &mock.models_json(), &[("PI_PACKAGE_DIR", &package)]);
+    let tools = ["--tools", "read,bash,edit,write"];
+    let mut cmd = pi_bare_command(pi, &ws, &agent, root);
+    cmd.args([
+        "-p",
+        "--provider",
+        "mock",
+        "--model",
+        "mock-1",
+        "--no-session",
+    ])
+    .args(tools)
+    .arg(prompt);
+    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = mock.requests().len();
+    let mut cmd = std::process::Command::new(pi_lsp_bin());
+    cmd.arg("run").arg("--workspace").arg(&ws);
+    cmd.args(["--model", "mock/mock-1"])
+        .args(tools)
+        .arg(prompt)
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent: Vec<Value> = mock.requests().into_iter().map(|r| r.body).collect();
+    (sent[..theirs].to_vec(), sent[theirs..].to_vec())
+}
+
+/// The `tool` messages of a chat-completions body, their spill file's path put aside
+/// (`Full output: …` names a file of each side's own).
+fn tool_texts(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            let text = m["content"].as_str().unwrap();
+            match text.split_once(" Full output: ") {
+                Some((head, _)) => format!("{head} Full output: …]"),
+                None => text.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The bash tool's tail counts lines as Pi 1.6's `truncateTail` does: a final newline ends the
+/// last line (3,000 lines by the line limit: lines 1001-3000 of 3000; 1,500 lines of 52 bytes
+/// by the byte limit: the 984 that fit in 50 KB, 517-1500 of 1500), an output without one
+/// counts its last piece.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bash_tools_tail_counts_lines_as_pi() {
+    let Some(pi) = pi16_bin("the_bash_tools_tail_counts_lines_as_pi") else {
+        return;
+    };
+    let commands = [
+        "seq 1 3000",
+        "for i in $(seq 1 1500); do printf '%051d\\n' $i; done",
+        "seq 1 2500; printf tail",
+    ];
+    let mut steps: Vec<Step> = commands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Step::call(&format!("call_{i}"), "bash", json!({"command": c})))
+        .collect();
+    steps.push(Step::text("done"));
+    let (theirs, ours) = fresh(&pi, "pi16req-bash-tail", &steps, "run them").await;
+    assert_eq!((theirs.len(), ours.len()), (4, 4));
+    let (theirs, ours) = (tool_texts(&theirs[3]), tool_texts(&ours[3]));
+    assert_eq!(ours, theirs);
+    let lines = |from: u32, to: u32, form: fn(u32) -> String| {
+        (from..=to).map(form).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(
+        ours,
+        [
+            lines(1001, 3000, |n| n.to_string())
+                + "\n\n[Showing lines 1001-3000 of 3000. Full output: …]",
+            lines(517, 1500, |n| format!("{n:051}"))
+                + "\n\n[Showing lines 517-1500 of 1500 (50.0KB limit). Full output: …]",
+            lines(502, 2500, |n| n.to_string())
+                + "\ntail\n\n[Showing lines 502-2501 of 2501. Full output: …]",
+        ]
+    );
+}
+
+/// The user's own command over the limits (`seq 1 3000`) keeps Pi 1.6's plain tail
+/// (bash-executor.js): Pi RPC's `bash` and `agent/bash` give the same output (lines
+/// 1001-3000, no notice inside it), `truncated`, exit code; our spill file holds the whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_command_keeps_pis_plain_tail() {
+    let Some(pi) = pi16_bin("a_users_command_keeps_pis_plain_tail") else {
+        return;
+    };
+    let tmp = TempDir::new("pi16req-user-bash");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![]).await;
+    let agent = tmp.path().join("agent");
+    let package = pi16_package(&pi).display().to_string();
+    let env = agent_env(&agent, &mock.models_json(), &[("PI_PACKAGE_DIR", &package)]);
+    let command = "seq 1 3000";
+    let mut rpc = PiRpc::start(&pi, &ws, &agent, &[OsStr::new("--no-session")]);
+    let theirs =
+        tokio::task::block_in_place(|| rpc.request(json!({"type": "bash", "command": command})));
+    rpc.close();
+    let mut c = LspClient::start(&pi_lsp_bin(), &ws, &env, EditorBehavior::default()).await;
+    let sid = c
+        .request("agent/session/new", json!({"model": "mock/mock-1"}))
+        .await
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ours = c
+        .request("agent/bash", json!({"sessionId": sid, "command": command}))
+        .await
+        .unwrap();
+    let tail = (1001..=3000)
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let seen = |r: &Value| json!([r["output"], r["exitCode"], r["cancelled"], r["truncated"]]);
+    assert_eq!(seen(&ours), seen(&theirs));
+    assert_eq!(seen(&ours), json!([tail, 0, false, true]));
+    // Our spill file is whole when the answer comes (Pi ends its stream without waiting).
+    let full = std::fs::read_to_string(ours["fullOutputPath"].as_str().unwrap()).unwrap();
+    assert_eq!(full.len(), 13893);
+}
