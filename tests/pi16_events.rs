@@ -348,7 +348,8 @@ async fn a_threshold_compaction_runs_after_the_run_as_pi_runs_it() {
 
 /// Threshold compaction where Pi 1.6 runs it, before a prompt (`_prepareRun`): the first
 /// prompt's answer (17,000 input tokens) ran with automatic compaction off; with it on, the
-/// second prompt's run compacts first — the compaction before the run's `agent_start`, its
+/// second prompt's run compacts first — after the session header, the compaction before the
+/// run's `agent_start`, its
 /// entry before the prompt's, `tokensBefore` without the prompt. Events and entries, whole,
 /// are Pi 1.6.0's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,8 +358,13 @@ async fn a_threshold_compaction_runs_before_the_prompt_as_pi_runs_it() {
         return;
     };
     assert_eq!(
-        types[..3],
-        ["compaction_start", "compaction_end", "agent_start"][..],
+        types[..4],
+        [
+            "session",
+            "compaction_start",
+            "compaction_end",
+            "agent_start"
+        ][..],
         "{types:#?}"
     );
     assert_eq!(
