@@ -1007,9 +1007,7 @@ async fn replay_to_anthropic_same_model_keeps_signed_thinking_and_caches() {
         json!({
             "model":"claude-sonnet-4-5",
             "messages":[
-                // A plain-text user message goes as a string, each user-side message its own
-                // turn (only back-to-back tool results share one): Pi 1.6's convertMessages.
-                {"role":"user","content":"What is in a.png and b.txt?"},
+                {"role":"user","content":[{"type":"text","text":"What is in a.png and b.txt?"}]},
                 {"role":"assistant","content":[
                     {"type":"thinking","thinking":"Read both files.","signature":"sig=="},
                     {"type":"text","text":"Reading both."},
@@ -1019,8 +1017,7 @@ async fn replay_to_anthropic_same_model_keeps_signed_thinking_and_caches() {
                     {"type":"tool_result","tool_use_id":"toolu_01Ab_c","content":[
                         {"type":"text","text":"Read image file [image/png]"},
                         {"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}],"is_error":false},
-                    {"type":"tool_result","tool_use_id":"toolu_02XY","content":"hello","is_error":false}]},
-                {"role":"user","content":[
+                    {"type":"tool_result","tool_use_id":"toolu_02XY","content":"hello","is_error":false},
                     {"type":"text","text":"Summarise.","cache_control":{"type":"ephemeral"}}]}],
             "max_tokens":16384,
             "stream":true,
@@ -1762,8 +1759,7 @@ async fn duplicate_tool_call_ids_go_out_once_each() {
     let mut uses = Vec::new();
     let mut results = Vec::new();
     for m in anth["messages"].as_array().unwrap() {
-        // A plain-text user message is a string (Pi 1.6): no blocks to look at.
-        for b in m["content"].as_array().into_iter().flatten() {
+        for b in m["content"].as_array().unwrap() {
             match b["type"].as_str() {
                 Some("tool_use") => uses.push(b["id"].clone()),
                 Some("tool_result") => results.push(b["tool_use_id"].clone()),

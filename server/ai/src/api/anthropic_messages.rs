@@ -2,8 +2,8 @@
 //!
 //! Source of the shapes: Anthropic's Messages API streaming reference (events `message_start`,
 //! `content_block_start|delta|stop`, `message_delta`, `message_stop`, `ping`, `error`). Tool
-//! results travel as `tool_result` blocks in a user turn; back-to-back tool results share one
-//! user turn, every other message is a turn of its own (Pi 1.6's `convertMessages`).
+//! results travel as `tool_result` blocks in a user turn; consecutive user-role messages are
+//! merged (results first) because the API needs strict alternation (case PAIR-05).
 
 use serde_json::{json, Value};
 
@@ -45,30 +45,20 @@ fn image(i: &crate::types::ImageContent) -> Value {
     json!({"type":"image","source":{"type":"base64","media_type":i.mime_type,"data":&*i.data}})
 }
 
-/// A user message's `content` as Pi 1.6's `convertMessages` sends it: a text content as a
-/// string, blocks as blocks; `None` when nothing is left (blank text, blank blocks only),
-/// which leaves the message out.
-fn user_content(content: &UserContent) -> Option<Value> {
+fn user_blocks(content: &UserContent) -> Vec<Value> {
     match content {
-        UserContent::Text(t) if t.trim().is_empty() => None,
-        UserContent::Text(t) => Some(Value::String(t.clone())),
-        UserContent::Blocks(b) => {
-            let blocks = user_blocks(b);
-            (!blocks.is_empty()).then_some(Value::Array(blocks))
-        }
+        UserContent::Text(t) if t.trim().is_empty() => Vec::new(),
+        UserContent::Text(t) => vec![json!({"type":"text","text":t})],
+        UserContent::Blocks(b) => b
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text(t) if t.text.trim().is_empty() => None,
+                ContentBlock::Text(t) => Some(json!({"type":"text","text":t.text})),
+                ContentBlock::Image(i) => Some(image(i)),
+                _ => None,
+            })
+            .collect(),
     }
-}
-
-fn user_blocks(blocks: &[ContentBlock]) -> Vec<Value> {
-    blocks
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text(t) if t.text.trim().is_empty() => None,
-            ContentBlock::Text(t) => Some(json!({"type":"text","text":t.text})),
-            ContentBlock::Image(i) => Some(image(i)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A tool result's `content`: a string when it is text only, else text and image blocks
@@ -114,12 +104,9 @@ fn assistant_block(b: &ContentBlock) -> Option<Value> {
 }
 
 /// Converts provider-neutral messages to Anthropic `messages` for `model`, after
-/// [`transform_messages`], as Pi 1.6's `convertMessages`: tool results go as `tool_result`
-/// blocks in a user turn, back-to-back results in one; every other message (a user message,
-/// a steer, a summary, a custom or bash message) is a turn of its own, even after another
-/// user-side one (the API accepts consecutive user turns). A text-only user content goes as
-/// a string. With `cache` the last block of the last user or system turn gets
-/// `cache_control` (a string content made one text block for it, as Pi).
+/// [`transform_messages`]: tool results go as `tool_result` blocks in a user turn, and
+/// consecutive user-role turns are merged (results first) for strict alternation (PAIR-05).
+/// With `cache` the last block of the last user turn gets `cache_control` (Pi).
 ///
 /// A [`Message::System`] goes as a `system`-role message of one text block (Pi 1.6's
 /// wording, [`crate::SystemMessage::update_text`]), held back until just before the next
@@ -150,51 +137,43 @@ fn convert_from(
     values: &mut Vec<Value>,
     step: &mut dyn FnMut(usize, usize),
 ) {
-    let mut out: Vec<(&'static str, Value)> = Vec::new();
-    let mut pending: Vec<Value> = Vec::new();
+    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut pending: Vec<Vec<Value>> = Vec::new();
     for (i, m) in msgs.iter().enumerate().skip(start) {
-        let (role, content) = match m {
+        let (role, blocks) = match m {
             Message::System(s) => {
                 let text = s.update_text();
                 if !text.is_empty() {
-                    pending.push(json!([{"type":"text","text":text}]));
+                    pending.push(vec![json!({"type":"text","text":text})]);
                 }
                 continue;
             }
-            Message::User(u) => match user_content(&u.content) {
-                Some(content) => ("user", content),
-                None => continue,
-            },
-            Message::Assistant(a) => {
-                let blocks: Vec<Value> = a.content.iter().filter_map(assistant_block).collect();
-                if blocks.is_empty() {
-                    continue;
-                }
-                out.extend(pending.drain(..).map(|b| ("system", b)));
-                step(i, out.len());
-                ("assistant", Value::Array(blocks))
-            }
-            Message::ToolResult(r) => {
-                let block = json!({"type":"tool_result","tool_use_id":r.tool_call_id,
-                    "content":result_content(&r.content),"is_error":r.is_error});
-                // Pi collects a run of back-to-back results into one user turn.
-                let follows_result = i > start && matches!(msgs[i - 1], Message::ToolResult(_));
-                if let (true, Some(("user", Value::Array(prev)))) = (follows_result, out.last_mut())
-                {
-                    prev.push(block);
-                    continue;
-                }
-                ("user", json!([block]))
-            }
+            Message::User(u) => ("user", user_blocks(&u.content)),
+            Message::Assistant(a) => (
+                "assistant",
+                a.content.iter().filter_map(assistant_block).collect(),
+            ),
+            Message::ToolResult(r) => (
+                "user",
+                vec![json!({"type":"tool_result","tool_use_id":r.tool_call_id,
+                    "content":result_content(&r.content),"is_error":r.is_error})],
+            ),
         };
-        out.push((role, content));
+        if blocks.is_empty() {
+            continue;
+        }
+        if role == "assistant" {
+            out.extend(pending.drain(..).map(|b| ("system", b)));
+            step(i, out.len());
+        }
+        match out.last_mut() {
+            Some((last, prev)) if *last == role && role == "user" => prev.extend(blocks),
+            _ => out.push((role, blocks)),
+        }
     }
     out.extend(pending.drain(..).map(|b| ("system", b)));
-    if let (Some(cc), Some(("user" | "system", content))) = (cache, out.last_mut()) {
-        if let Value::String(text) = content {
-            *content = json!([{"type":"text","text":std::mem::take(text)}]);
-        }
-        if let Some(last) = content.as_array_mut().and_then(|b| b.last_mut()) {
+    if let (Some(cc), Some(("user" | "system", blocks))) = (cache, out.last_mut()) {
+        if let Some(last) = blocks.last_mut() {
             last["cache_control"] = cc.clone();
         }
     }
@@ -1212,24 +1191,12 @@ mod tests {
         assert_eq!(stop_error("end_turn", &Value::Null), "");
     }
 
-    /// Pi 1.6's `convertMessages`: back-to-back tool results share one user turn; the
-    /// steer after them, a summary, a kept user message and a custom message are each a user
-    /// turn of their own; a text content goes as a string (made a block for the cache mark);
-    /// a blank user message is left out.
     #[test]
-    fn only_back_to_back_tool_results_share_a_user_turn() {
+    fn tool_results_and_next_user_merge_results_first() {
         let m: Vec<Message> = serde_json::from_value(json!([
             {"role":"user","content":"q"},
-            {"role":"assistant","content":[
-                {"type":"toolCall","id":"t1","name":"ls","arguments":{}},
-                {"type":"toolCall","id":"t2","name":"ls","arguments":{}}],"stopReason":"toolUse"},
+            {"role":"assistant","content":[{"type":"toolCall","id":"t1","name":"ls","arguments":{}}],"stopReason":"toolUse"},
             {"role":"toolResult","toolCallId":"t1","toolName":"ls","content":[{"type":"text","text":"a"}],"isError":false},
-            {"role":"toolResult","toolCallId":"t2","toolName":"ls","content":[{"type":"text","text":"b"}],"isError":true},
-            {"role":"user","content":[{"type":"text","text":"STEERED"}]},
-            {"role":"user","content":"  "},
-            {"role":"user","content":[{"type":"text","text":"custom context"}]},
-            {"role":"assistant","content":[{"type":"text","text":"ok"}],"stopReason":"stop"},
-            {"role":"user","content":"summary"},
             {"role":"user","content":"what's 2+2"}
         ]))
         .unwrap();
@@ -1241,18 +1208,10 @@ mod tests {
                 Some(&json!({"type":"ephemeral"}))
             )),
             json!([
-                {"role":"user","content":"q"},
-                {"role":"assistant","content":[
-                    {"type":"tool_use","id":"t1","name":"ls","input":{}},
-                    {"type":"tool_use","id":"t2","name":"ls","input":{}}]},
+                {"role":"user","content":[{"type":"text","text":"q"}]},
+                {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"ls","input":{}}]},
                 {"role":"user","content":[
                     {"type":"tool_result","tool_use_id":"t1","content":"a","is_error":false},
-                    {"type":"tool_result","tool_use_id":"t2","content":"b","is_error":true}]},
-                {"role":"user","content":[{"type":"text","text":"STEERED"}]},
-                {"role":"user","content":[{"type":"text","text":"custom context"}]},
-                {"role":"assistant","content":[{"type":"text","text":"ok"}]},
-                {"role":"user","content":"summary"},
-                {"role":"user","content":[
                     {"type":"text","text":"what's 2+2","cache_control":{"type":"ephemeral"}}]}
             ])
         );
