@@ -479,11 +479,21 @@ def measure(args, port, tmp):
         # 8 sessions streaming at once: one pi-lsp server; Pi needs one process per session.
         s = PiLsp(args.pi_lsp, ws, agent); s.initialize()
         t = time.perf_counter()
-        sids = [s.request("agent/prompt", {"text": f"stream {i}", "model": "mock/mock-1"})["result"]["sessionId"]
-                for i in range(STREAMS)]
-        done = set()
-        s.until(lambda m: len(done) == STREAMS,
-                lambda e: (e["event"]["type"] == "agent_end" and done.add(e["sessionId"])) or len(done) == STREAMS)
+        # The prompts go out together and every reply and `agent_end` is counted in one loop:
+        # a session can end while another prompt's reply is still awaited.
+        ids = []
+        for i in range(STREAMS):
+            s.next_id += 1
+            ids.append(s.next_id)
+            s.send({"jsonrpc": "2.0", "id": s.next_id, "method": "agent/prompt",
+                    "params": {"text": f"stream {i}", "model": "mock/mock-1"}})
+        replies, done = set(), set()
+        def seen(m):
+            if m.get("id") in ids and "method" not in m:
+                replies.add(m["id"])
+            return len(replies) == STREAMS and len(done) == STREAMS
+        s.until(seen, lambda e: (e["event"]["type"] == "agent_end" and done.add(e["sessionId"]))
+                or (len(replies) == STREAMS and len(done) == STREAMS))
         t8 = time.perf_counter() - t; rss8 = peak_rss_mb(s.p.pid); s.close()
         q8, qrss8 = [], []
         for pi in args.pi:

@@ -2255,3 +2255,43 @@ async fn every_update_of_a_prompt_is_written_before_its_response() {
         mock.assert_paired();
     }
 }
+
+/// A failed request sent again: ACP has no retry update, so the client reads it in the agent's
+/// message in the `pi-acp` bridge's words ("Retrying (attempt N/M, waiting Ss)..."), its own
+/// paragraph before the answer; after the last attempt fails, the error. A success adds
+/// nothing after the answer (`pi-acp` says "Retry finished, resuming." there).
+#[tokio::test]
+async fn retries_reach_the_client_in_the_agents_message_as_pi_acp_words_them() {
+    let fail = || Step::Raw {
+        status: 503,
+        content_type: "application/json".into(),
+        body: r#"{"error":{"message":"overloaded"}}"#.into(),
+    };
+    let mock = MockModel::start(vec![fail(), Step::text("Back."), fail(), fail()]).await;
+    let s = setup("acp-retry", &mock);
+    std::fs::write(
+        s.agent.join("settings.json"),
+        json!({"retry": {"enabled": true, "maxRetries": 1, "baseDelayMs": 20}}).to_string(),
+    )
+    .unwrap();
+    let mut c = start(&s, allow("allow_once")).await;
+    let sid = c.new_session(&s.ws).await;
+    assert_eq!(c.prompt(&sid, "hello").await, end_turn());
+    assert_eq!(
+        text_of(&c.updates(&sid), "agent_message_chunk"),
+        "Retrying (attempt 1/1, waiting 1s)...\n\nBack."
+    );
+    let before = c.updates(&sid).len();
+    let id = c.send(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "again"}]}),
+    );
+    let r = c.response(id).await;
+    let err = r["error"]["message"].as_str().unwrap().to_string();
+    assert!(err.contains("overloaded"), "{r}");
+    assert_eq!(
+        text_of(&c.updates(&sid)[before..], "agent_message_chunk"),
+        format!("Retrying (attempt 1/1, waiting 1s)...\n\nRetries stopped: {err}\n\n")
+    );
+    assert_eq!(mock.requests().len(), 4);
+}

@@ -14,7 +14,10 @@
 //! - a compaction → `compaction_update` (`compaction-<n>`: `in_progress`, then `completed`
 //!   with the summary, `failed` with the error, or `cancelled`) when the client opted in
 //!   (`clientCapabilities.session.compaction`);
-//! - a failed save → an `agent_message_chunk` saying the session is no longer being saved.
+//! - a failed save → an `agent_message_chunk` saying the session is no longer being saved;
+//! - a retry of a failed request (Pi's `auto_retry_start`) → an `agent_message_chunk`
+//!   paragraph in the `pi-acp` bridge's words ([`retry_text`]); retries that end without an
+//!   answer → a paragraph with the error ([`retry_failed_text`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -333,6 +336,17 @@ impl SessionListener for AcpSink {
                 }
                 self.send(SessionUpdate::SessionInfoUpdate(info));
             }
+            AgentEvent::AutoRetryStart {
+                attempt,
+                max_attempts,
+                delay_ms,
+                ..
+            } => self.send(chunk(retry_text(attempt, max_attempts, delay_ms), false)),
+            AgentEvent::AutoRetryEnd {
+                success: false,
+                final_error,
+                ..
+            } => self.send(chunk(retry_failed_text(final_error.as_deref()), false)),
             AgentEvent::CompactionStart { .. } if self.compaction => {
                 let n = {
                     let mut c = self.compactions.lock();
@@ -390,6 +404,29 @@ impl SessionListener for AcpSink {
     }
 }
 
+/// What a client is told when a failed request is sent again (Pi's `auto_retry_start`), in
+/// the `pi-acp` bridge's words (its `formatAutoRetryMessage`: the wait in whole seconds,
+/// rounded, at least 1 when there is one), as a paragraph of its own in the agent's message:
+/// ACP has no retry update, and clients join `agent_message_chunk`s into one text.
+pub fn retry_text(attempt: u32, max_attempts: u32, delay_ms: u64) -> String {
+    let mut secs = (delay_ms + 500) / 1000;
+    if delay_ms > 0 && secs == 0 {
+        secs = 1;
+    }
+    format!("Retrying (attempt {attempt}/{max_attempts}, waiting {secs}s)...\n\n")
+}
+
+/// What a client is told when the retries end without an answer (Pi's `auto_retry_end` with
+/// `success: false`: the last attempt failed, or the wait was cancelled): the error. A retry
+/// that succeeds adds nothing: Pi 1.6 reports the success after the retried answer, where the
+/// `pi-acp` bridge's "Retry finished, resuming." would follow the answer it announces.
+pub fn retry_failed_text(final_error: Option<&str>) -> String {
+    format!(
+        "Retries stopped: {}\n\n",
+        final_error.unwrap_or("the request failed")
+    )
+}
+
 /// The session's whole plan/todo list as ACP's `plan` update (every change sends the complete
 /// list, as ACP asks): each item's text as `content`, its priority and status by the same names.
 pub fn plan_update(state: &pi_core::extension::plan::PlanState) -> SessionUpdate {
@@ -412,4 +449,29 @@ pub fn plan_update(state: &pi_core::extension::plan::PlanState) -> SessionUpdate
         })
         .collect();
     SessionUpdate::Plan(Plan::new(entries))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `pi-acp`'s `formatAutoRetryMessage`: the wait rounded to whole seconds as JavaScript's
+    /// `Math.round` (halves up), at least 1 when there is a wait.
+    #[test]
+    fn retry_text_rounds_the_wait_as_pi_acp() {
+        let waits: Vec<String> = [0, 1, 499, 500, 1499, 1500, 2000, 2500, 8000]
+            .iter()
+            .map(|&ms| retry_text(2, 3, ms))
+            .collect();
+        let secs = [0, 1, 1, 1, 1, 2, 2, 3, 8];
+        let want: Vec<String> = secs
+            .iter()
+            .map(|s| format!("Retrying (attempt 2/3, waiting {s}s)...\n\n"))
+            .collect();
+        assert_eq!(waits, want);
+        assert_eq!(
+            retry_failed_text(Some("503 overloaded")),
+            "Retries stopped: 503 overloaded\n\n"
+        );
+    }
 }

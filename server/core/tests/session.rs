@@ -493,14 +493,22 @@ async fn compaction_reports_estimated_tokens_after_and_writes_usage() {
         r#"{"compaction": {"keepRecentTokens": 1}}"#,
     )
     .unwrap();
-    let (s, _seen) = session(
+    let (s, seen) = session(
         &root,
         ws,
         scripted(json!([{"text": "one"}, {"text": "SUMMARY"}])),
     );
     s.prompt("hello", Vec::new(), None, None).await.unwrap();
     s.wait_for_idle().await;
+    let before = seen.events.lock().unwrap().len();
     let result = s.compact(None).await.unwrap();
+    s.wait_for_idle().await;
+    // A compaction asked for on its own sends no `agent_settled`: Pi 1.6 sends it at the end
+    // of a prompt's run only.
+    assert_eq!(
+        seen.events.lock().unwrap()[before..],
+        ["compaction_start", "compaction_end"]
+    );
     let text = std::fs::read_to_string(s.file()).unwrap();
     let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
     // Pi 1.6's `estimateMessagesTokens` of the context after it: the stored prompt/tool

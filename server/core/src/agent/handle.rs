@@ -350,12 +350,17 @@ impl Agent {
             let mut usage_from = usage_from;
             let mut tx = tx;
             let settled_aborted: bool;
+            // Whether a prompt ran: a compaction asked for on its own (`compact`) settles with
+            // no `agent_settled`, as Pi 1.6 sends it only at the end of a prompt's run
+            // (`_emitAgentSettled` in `agent-session.js`'s prompt path).
+            let mut prompted = false;
             loop {
                 let sink = Dispatch {
                     inner: inner.clone(),
                 };
                 let outcome = match work {
                     Work::Prompt(prompts) => {
+                        prompted = true;
                         run_agent_from(&cfg, history, usage_from, prompts, &ctl, &sink).await
                     }
                     Work::Compact(instructions) => {
@@ -431,13 +436,15 @@ impl Agent {
             }
             // Pi 1.6's `agent_settled`: nothing more runs on its own. Listeners see the agent
             // idle (no active run); one that starts a run from here keeps it busy.
-            Dispatch {
-                inner: inner.clone(),
+            if prompted {
+                Dispatch {
+                    inner: inner.clone(),
+                }
+                .emit(AgentEvent::AgentSettled {
+                    aborted: settled_aborted,
+                })
+                .await;
             }
-            .emit(AgentEvent::AgentSettled {
-                aborted: settled_aborted,
-            })
-            .await;
             if inner.state.lock().running.is_none() {
                 inner.idle.send_replace(true);
             }
