@@ -834,19 +834,7 @@ async fn no_tools_offers_only_what_tools_adds() {
         "+grep",
         "x",
     ]));
-    let sent: Vec<Value> = mock
-        .requests()
-        .iter()
-        .map(|r| match r.body.get("tools") {
-            None => Value::Null,
-            Some(t) => t
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t["function"]["name"].clone())
-                .collect(),
-        })
-        .collect();
+    let sent = tool_names_sent(&mock);
     assert_eq!(sent, [Value::Null, json!(["ls"]), json!(["grep"])]);
 }
 
@@ -1911,19 +1899,7 @@ async fn no_builtin_tools_keeps_extension_tools_only() {
     assert_success(&h.run(&[m[0], m[1], m[2], "--tools", "read,grep", "x"]));
     assert_success(&h.run(&[m[0], m[1], m[2], "--session", &file, "x"]));
     assert_success(&h.run(&[m[0], m[1], m[2], "--no-tools", "x"]));
-    let sent: Vec<Value> = mock
-        .requests()
-        .iter()
-        .map(|r| match r.body.get("tools") {
-            None => Value::Null,
-            Some(t) => t
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t["function"]["name"].clone())
-                .collect(),
-        })
-        .collect();
+    let sent = tool_names_sent(&mock);
     assert_eq!(
         sent,
         [
@@ -2965,4 +2941,21 @@ async fn images_auto_resize_is_pis() {
             .unwrap();
         assert_eq!(data_url_size(url), size, "autoResize {auto}");
     }
+}
+
+/// The tool names each request to `mock` carried (chat completions' `tools`), in order; `null`
+/// for a request without tools.
+fn tool_names_sent(mock: &MockModel) -> Vec<Value> {
+    mock.requests()
+        .iter()
+        .map(|r| match r.body.get("tools") {
+            None => Value::Null,
+            Some(t) => t
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["function"]["name"].clone())
+                .collect(),
+        })
+        .collect()
 }
