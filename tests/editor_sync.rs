@@ -59,7 +59,7 @@ fn bytes(ws: &Path) -> Vec<Option<String>> {
 fn success(tool: &str, path: &str) -> (String, String, bool) {
     let text = match tool {
         "edit" => format!("Successfully replaced 1 block(s) in {path}."),
-        _ => format!("Successfully wrote 6 bytes to {path}"),
+        _ => format!("Successfully wrote to {path}"),
     };
     (tool.to_string(), text, false)
 }

@@ -948,7 +948,7 @@ async fn clients_that_send_no_did_change_are_trusted_and_saving_clients_save() {
     assert_eq!(
         tool_result_text(&events, "write"),
         (
-            "Successfully wrote 11 bytes to sub/new.txt".to_string(),
+            "Successfully wrote to sub/new.txt".to_string(),
             false
         )
     );

@@ -382,3 +382,26 @@ async fn progress_shows_the_last_write_while_the_command_waits() {
         .unwrap_or_else(|| panic!("no update showed both lines: {updates:?}"));
     assert!(shown.0 < Duration::from_millis(1200), "{updates:?}");
 }
+
+/// A command with no output: Pi 1.6's `formatOutput(snapshot, "")` on the aborted and
+/// timed-out paths (the status alone), `(no output)` before the status when it exited.
+#[tokio::test]
+async fn a_silent_commands_status_stands_alone_as_pi_1_6_words_it() {
+    let timed_out = run(json!({"command": "sleep 307.16", "timeout": 0.3}))
+        .await
+        .unwrap_err();
+    assert_eq!(timed_out.message, "Command timed out after 0.3 seconds");
+    let exited = run(json!({"command": "exit 3"})).await.unwrap_err();
+    assert_eq!(exited.message, "(no output)\n\nCommand exited with code 3");
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c2.cancel();
+    });
+    let aborted = bash()
+        .execute(ctx(cancel), json!({"command": "sleep 307.17"}))
+        .await
+        .unwrap_err();
+    assert_eq!(aborted.message, "Command aborted");
+}

@@ -290,7 +290,7 @@ async fn edit06_placeholder_write_warns_and_keeps_a_copy() {
         .to_string();
     assert_eq!(
         text,
-        format!("Successfully wrote {} bytes to big.rs\n\n[Warning: the new content is {} bytes, the old file was {} bytes, and it contains a placeholder like \"... existing code ...\": the omitted code is now gone from big.rs. The previous text was saved to {copy}. Write the complete file, or use edit for partial changes.]", content.len(), content.len(), big.len())
+        format!("Successfully wrote to big.rs\n\n[Warning: the new content is {} bytes, the old file was {} bytes, and it contains a placeholder like \"... existing code ...\": the omitted code is now gone from big.rs. The previous text was saved to {copy}. Write the complete file, or use edit for partial changes.]", content.len(), big.len())
     );
     assert_eq!(std::fs::read_to_string(&copy).unwrap(), big);
     assert_eq!(ws.get("big.rs"), content.as_bytes());

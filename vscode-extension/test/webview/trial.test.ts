@@ -399,7 +399,7 @@ test("\"Open diff\" is offered for an edit that was applied or is asked about, n
     "write",
     ...said(answer("", 2, { content: [call("ok"), call("bad"), call("asked")], stopReason: "toolUse" })),
     { type: "tool_execution_start", toolCallId: "ok", toolName: "write", args: { path: "ok.md", content: "x" } },
-    { type: "tool_execution_end", toolCallId: "ok", toolName: "write", result: { content: [{ type: "text", text: "Successfully wrote 1 bytes to ok.md" }] }, isError: false },
+    { type: "tool_execution_end", toolCallId: "ok", toolName: "write", result: { content: [{ type: "text", text: "Successfully wrote to ok.md" }] }, isError: false },
     { type: "tool_execution_start", toolCallId: "bad", toolName: "write", args: { path: "bad.md", content: "x" } },
     { type: "tool_execution_end", toolCallId: "bad", toolName: "write", result: { content: [{ type: "text", text: "Tool execution was aborted by the user." }] }, isError: true },
   ).slice(0, -1));

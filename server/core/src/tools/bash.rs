@@ -575,7 +575,10 @@ impl Exit {
 /// truncation keys when it was cut, and `exitCode`).
 struct Ran {
     end: End,
-    body: String,
+    /// The output as the result shows it; `None` when there was none (a command that exited
+    /// says `(no output)`, an aborted or timed-out one says only its status, as Pi 1.6's
+    /// `formatOutput(snapshot, "")` on those paths).
+    body: Option<String>,
     details: Option<Value>,
     /// Pi 1.6's `structuredContent` of a command that exited with a code: `{output,
     /// truncated, full_output_path?, exit_code, wall_time_seconds}` ([`Output::full`]).
@@ -605,11 +608,7 @@ impl Ran {
     /// `end`. The one way both paths (here and a client's terminal) build it.
     fn new(end: End, out: &mut Output) -> Ran {
         let (text, details) = out.render();
-        let body = if text.is_empty() {
-            "(no output)".to_string()
-        } else {
-            pi_ai::keys::redact_secrets(&text)
-        };
+        let body = (!text.is_empty()).then(|| pi_ai::keys::redact_secrets(&text));
         let details = Some(with_exit_code(details, &end));
         let structured = match &end {
             End::Exited(Exit {
@@ -647,10 +646,23 @@ impl Ran {
 
     /// The tool result: Pi's texts for each ending, `prefix` lines first.
     fn finish(self, prefix: &[String]) -> Result<ToolOutput, ToolError> {
-        let mut body = self.body;
+        let exited = matches!(self.end, End::Exited(_));
+        let mut body = match self.body {
+            Some(b) => b,
+            None if exited => "(no output)".to_string(),
+            None => String::new(),
+        };
         if !prefix.is_empty() {
-            body = format!("{}\n{body}", prefix.join("\n"));
+            body = match body.is_empty() {
+                true => prefix.join("\n"),
+                false => format!("{}\n{body}", prefix.join("\n")),
+            };
         }
+        // Pi's `appendStatus`: the status after a blank line, alone when there is no text.
+        let status = |s: String| match body.is_empty() {
+            true => s,
+            false => format!("{body}\n\n{s}"),
+        };
         let details = self.details;
         match self.end {
             End::Exited(s) if s.success() => Ok(ToolOutput {
@@ -662,22 +674,22 @@ impl Ran {
             // With its structured content when it exited with a code: Pi 1.6 returns that as
             // a result marked `isError`, not as a thrown error.
             End::Exited(s) => Err(ToolError {
-                message: format!("{body}\n\n{}", exit_text(&s)),
+                message: status(exit_text(&s)),
                 details,
                 structured_content: self.structured.map(Box::new),
             }),
             End::Aborted => Err(ToolError {
-                message: format!("{body}\n\nCommand aborted"),
+                message: status("Command aborted".into()),
                 details,
                 ..Default::default()
             }),
             End::TimedOut(t) => Err(ToolError {
-                message: format!("{body}\n\nCommand timed out after {t} seconds"),
+                message: status(format!("Command timed out after {t} seconds")),
                 details,
                 ..Default::default()
             }),
             End::Failed(e) => Err(ToolError {
-                message: format!("{body}\n\nCommand failed: {e}"),
+                message: status(format!("Command failed: {e}")),
                 details,
                 ..Default::default()
             }),
@@ -1102,7 +1114,7 @@ impl Tool for BashTool {
         let ran = self.run_once(&ctx, &a, &policy).await?;
         let sandbox_active = !policy.is_off();
         let denial = if sandbox_active && ran.failed_by_exit() {
-            likely_denial(&ran.body, &policy)
+            likely_denial(ran.body.as_deref().unwrap_or_default(), &policy)
         } else {
             None
         };
@@ -1136,7 +1148,7 @@ impl Tool for BashTool {
                 Err(ToolError {
                     message: format!(
                         "{}\n\n{exit}\n\nThe sandbox ({label}) likely caused this failure: {line}\n{why}.",
-                        ran.body
+                        ran.body.as_deref().unwrap_or("(no output)")
                     ),
                     details: ran.details,
                     ..Default::default()

@@ -227,9 +227,9 @@ impl Tool for WriteTool {
             .await
             .map_err(|e| ToolError::new(e.to_string()))?;
         self.state.reads.record(&path, &a.content);
+        // Pi 1.6's words (`write.js`; 0.73.1 named the bytes).
         let mut out = ToolOutput::text(format!(
-            "Successfully wrote {} bytes to {shown}{}{warning}",
-            a.content.len(),
+            "Successfully wrote to {shown}{}{warning}",
             if replaced_unsaved {
                 ". The editor's buffer held unsaved text of the user's; the user allowed replacing it"
             } else {
