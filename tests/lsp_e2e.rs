@@ -947,10 +947,7 @@ async fn clients_that_send_no_did_change_are_trusted_and_saving_clients_save() {
     let events = c.run_until_end(Duration::from_secs(10)).await;
     assert_eq!(
         tool_result_text(&events, "write"),
-        (
-            "Successfully wrote to sub/new.txt".to_string(),
-            false
-        )
+        ("Successfully wrote to sub/new.txt".to_string(), false)
     );
     assert_eq!(
         std::fs::read_to_string(ws.join("sub/new.txt")).unwrap(),

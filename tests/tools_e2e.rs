@@ -506,10 +506,7 @@ async fn new_files_go_to_disk_when_the_client_cannot_create_them() {
     let events = c.run_until_end(Duration::from_secs(20)).await;
     assert_eq!(
         tool_result_text(&events, "write"),
-        (
-            "Successfully wrote to deep/er/new.txt".to_string(),
-            false
-        )
+        ("Successfully wrote to deep/er/new.txt".to_string(), false)
     );
     assert_eq!(c.apply_edit_params(), Vec::<Value>::new());
     assert_eq!(

@@ -658,7 +658,7 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
         .map(|&k| {
             let m = entry_message(path[k]);
             match &edits {
-                Some(x) => x.apply(&path[k].id, m),
+                Some(x) => x.apply(path[k], m),
                 None => m,
             }
         })

@@ -310,10 +310,7 @@ async fn sessx03_edit_and_write_of_a_minified_megabyte_line_give_small_diffs() {
         .call("write", json!({"path": "min.js", "content": written}))
         .await
         .unwrap();
-    assert_eq!(
-        text_of(&out),
-        "Successfully wrote to min.js"
-    );
+    assert_eq!(text_of(&out), "Successfully wrote to min.js");
     assert_eq!(ws.get("min.js"), written.as_bytes());
 }
 

@@ -30,14 +30,51 @@ impl ContextEdits {
         self.get(id).is_some_and(|(_, r)| r.is_null())
     }
 
-    /// `message` (the model-visible message of entry `id`) with the entry's edit applied:
-    /// `None` when the edit omits it, its content replaced when the edit replaces it.
-    pub fn apply(&self, id: &str, message: Option<Message>) -> Option<Message> {
-        match self.get(id) {
+    /// `message` (the model-visible message of `entry`) with the entry's edit applied: `None`
+    /// when the edit omits it; its content replaced when the edit replaces it and the entry
+    /// holds editable content, as Pi 1.6's `projectContextEntry`: a `message` of role user,
+    /// assistant or tool result, or a `custom_message` (whose string becomes one text block,
+    /// as Pi's `convertToLlm` turns a custom message's string into a user message's block);
+    /// any other entry (a user's `!` command, a branch summary) is kept as it is.
+    pub fn apply(&self, entry: &super::Entry, message: Option<Message>) -> Option<Message> {
+        match self.get(&entry.id) {
             None => message,
             Some((_, r)) if r.is_null() => None,
-            Some((_, r)) => message.map(|m| replace_content(m, r)),
+            Some((_, r)) => message.map(|m| match edit_target(entry) {
+                Some(Target::Message) => replace_content(m, r),
+                Some(Target::Custom) => replace_content(m, &as_blocks(r)),
+                None => m,
+            }),
         }
+    }
+}
+
+/// What an edit of an entry replaces ([`ContextEdits::apply`]).
+enum Target {
+    /// A `message` entry of role user, assistant or tool result.
+    Message,
+    /// A `custom_message` entry.
+    Custom,
+}
+
+fn edit_target(entry: &super::Entry) -> Option<Target> {
+    match entry.kind.as_str() {
+        "custom_message" => Some(Target::Custom),
+        "message" => matches!(entry.role(), Some("user" | "assistant" | "toolResult"))
+            .then_some(Target::Message),
+        _ => None,
+    }
+}
+
+/// A replacement whose text content is one text block (a string, bare or as `content`).
+fn as_blocks(replacement: &Value) -> Value {
+    let content = match replacement {
+        Value::Object(o) => o.get("content").unwrap_or(replacement),
+        other => other,
+    };
+    match content {
+        Value::String(t) => serde_json::json!([{"type": "text", "text": t}]),
+        _ => replacement.clone(),
     }
 }
 

@@ -1046,7 +1046,7 @@ pub fn path_messages_with(
         out.extend(range.filter_map(|k| match &edits {
             // Pi 1.6's projection: the latest `context_edit` of the entry on this path.
             Some(edits) if edits.get(&path[k].id).is_some() => {
-                edits.apply(&path[k].id, message(k, path[k]))
+                edits.apply(path[k], message(k, path[k]))
             }
             _ => message(k, path[k]),
         }));
@@ -1864,6 +1864,40 @@ mod tests {
         let mut v = lines.as_array().unwrap().clone();
         let header = v.remove(0);
         SessionTree::from_values(header, v, Vec::new())
+    }
+
+    /// Pi 1.6's `projectContextEntry`: an edit replaces the content of a user, assistant or
+    /// tool-result message and of a custom message (a string: one text block, as Pi's
+    /// `convertToLlm` makes it), a user's string kept a string; a `!` command and a branch
+    /// summary keep theirs; `null` leaves any of them out.
+    #[test]
+    fn context_edits_replace_what_pi_1_6_replaces() {
+        let t = tree(json!([
+            {"type":"session","version":3,"id":"s"},
+            {"type":"message","id":"a","parentId":null,"message":{"role":"user","content":"hi","timestamp":1}},
+            {"type":"custom_message","id":"b","parentId":"a","customType":"c","content":"cm","display":true,"timestamp":"2026-01-01T00:00:00.000Z"},
+            {"type":"message","id":"c","parentId":"b","message":{"role":"bashExecution","command":"ls","output":"a.txt","exitCode":0,"cancelled":false,"truncated":false,"timestamp":2}},
+            {"type":"branch_summary","id":"d","parentId":"c","fromId":"a","summary":"B","timestamp":"2026-01-01T00:00:00.000Z"},
+            {"type":"custom_message","id":"e","parentId":"d","customType":"c","content":"gone","display":true,"timestamp":"2026-01-01T00:00:00.000Z"},
+            {"type":"context_edit","id":"f","parentId":"e","targetId":"a","replacement":{"content":"EDITED USER"}},
+            {"type":"context_edit","id":"g","parentId":"f","targetId":"b","replacement":{"content":"EDITED CUSTOM"}},
+            {"type":"context_edit","id":"h","parentId":"g","targetId":"c","replacement":{"content":"EDITED BASH"}},
+            {"type":"context_edit","id":"i","parentId":"h","targetId":"d","replacement":{"content":"EDITED SUMMARY"}},
+            {"type":"context_edit","id":"j","parentId":"i","targetId":"e","replacement":null}
+        ]));
+        let contents: Vec<Value> = path_messages(&t.path("j"), None, 0)
+            .iter()
+            .map(|m| serde_json::to_value(m).unwrap()["content"].clone())
+            .collect();
+        assert_eq!(
+            contents,
+            [
+                json!("EDITED USER"),
+                json!([{"type": "text", "text": "EDITED CUSTOM"}]),
+                json!([{"type": "text", "text": "Ran `ls`\n```\na.txt\n```"}]),
+                json!([{"type": "text", "text": format!("{BRANCH_SUMMARY_PREFIX}B{BRANCH_SUMMARY_SUFFIX}")}]),
+            ]
+        );
     }
 
     /// A question asked once per distinct shape ([`SessionTree::shape_test`]) keeps exactly
