@@ -133,10 +133,7 @@ async fn our_entries_have_pi_16s_keys() {
     );
     assert_eq!(our_state["messageCount"], pi_state["messageCount"]);
     // Key by key, entry and message; what Pi 1.6 writes and pi-lsp does not is named here.
-    let pi_only: &[(&str, &str, &str)] = &[
-        // Pi 1.6's edit result also carries the unified patch (pi-lsp: `unifiedDiff`).
-        ("message:toolResult", "/message/details", "patch"),
-    ];
+    let pi_only: &[(&str, &str, &str)] = &[];
     let ours_only: &[(&str, &str, &str)] = &[
         ("message:toolResult", "/message/details", "unifiedDiff"),
         ("message:toolResult", "/message/details", "fileChange"),
@@ -166,6 +163,16 @@ async fn our_entries_have_pi_16s_keys() {
             );
         }
     }
+    // The edit result's display diff and patch, as Pi 1.6 stores them.
+    let edit_details = |v: &[Value]| -> Vec<Value> {
+        v.iter()
+            .filter_map(|e| e.pointer("/message/details"))
+            .filter(|d| d.get("patch").is_some())
+            .map(|d| json!([d["diff"], d["patch"], d["firstChangedLine"]]))
+            .collect()
+    };
+    assert_eq!(edit_details(&mine), edit_details(&theirs));
+    assert_eq!(edit_details(&mine).len(), 1);
     // The stored system message: the prompt as sections, every tool declared.
     let system = |v: &[Value]| {
         v.iter()

@@ -5,7 +5,8 @@
 //! summarise, and pi-lsp, as Pi 1.6, sends no summary request then),
 //! the session stats and the message view — run once through Pi's RPC mode and once through
 //! pi-lsp over stdio. Every entry of the two files must have the same keys with the same JSON
-//! types (pi-lsp's only extras are the edit result's `details.unifiedDiff` and
+//! types (pi-lsp's only extras are the edit result's `details.unifiedDiff`, `details.patch` (Pi
+//! 1.6's) and
 //! `details.fileChange`, the change record rewinds use; Pi ignores detail keys it does not
 //! know), and the values Pi
 //! derives from the run (user content, `responseModel`, the edit's numbered diff, the bash
@@ -217,6 +218,8 @@ async fn session_file_matches_pi_key_by_key() {
                 d.remove("unifiedDiff").is_some() || o_has_no_edit(d),
                 "{d:?}"
             );
+            // Pi 1.6's `patch` (0.73.1 has none), beside the edit's `diff`.
+            assert_eq!(d.remove("patch").is_some(), d.contains_key("diff"), "{d:?}");
             // The change record: present exactly where the unified diff is (the edit).
             assert_eq!(
                 d.remove("fileChange").is_some(),

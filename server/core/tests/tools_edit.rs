@@ -356,17 +356,18 @@ async fn edit_details_carry_pis_diff_and_a_unified_diff() {
     let ws = Ws::new();
     ws.put("d.txt", b"a\nb\nc\n");
     let out = ws.edit("d.txt", "b", "B").await.unwrap();
-    // `diff` as Pi 0.73.1 writes it (its interface draws it); `unifiedDiff` for editors;
+    // `diff` and `patch` as Pi 1.6 writes them (its interface draws `diff`); `unifiedDiff` for
+    // editors;
     // `fileChange` for rewinds: the hashes and the exact replaced range.
     assert_eq!(
         out.details,
-        Some(
-            json!({"diff": " 1 a\n-2 b\n+2 B\n 3 c", "firstChangedLine": 2,
+        Some(json!({"diff": " 1 a\n-2 b\n+2 B\n 3 c",
+                "patch": "--- d.txt\n+++ d.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n",
+                "firstChangedLine": 2,
                 "unifiedDiff": "--- d.txt\n+++ d.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n",
                 "fileChange": {"path": ws.dir.join("d.txt").display().to_string(),
                     "hashBefore": xxh3("a\nb\nc\n"), "hashAfter": xxh3("a\nB\nc\n"),
-                    "edits": [{"at": 2, "oldText": "b", "newText": "B"}]}})
-        )
+                    "edits": [{"at": 2, "oldText": "b", "newText": "B"}]}}))
     );
 }
 
@@ -530,4 +531,66 @@ async fn mixed_endings_new_lines_take_the_matched_lines_ending() {
     ws.put("n", b"a\r\nb\nc\r\n");
     ws.edit("n", "c", "C1\nC2").await.unwrap();
     assert_eq!(ws.get("n"), b"a\r\nb\nC1\r\nC2\r\n");
+}
+
+/// `details.diff`, `details.patch` and `details.firstChangedLine` as Pi 1.6.0's `edit` stores
+/// them (`generateEditDiff` over the text without its byte order mark, with LF line ends): the
+/// expected values are what Pi 1.6.0's function returns for the same files and edits (run
+/// with node): a CRLF file, a BOM file, two hunks with an insertion and a removal, a last line
+/// without a newline.
+#[tokio::test]
+async fn edit_details_are_pi_1_6s_diff_and_patch() {
+    let ws = Ws::new();
+    let thirty: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+    let cases: [(&str, &[u8], Vec<(&str, &str)>, &str, &str, u64); 4] = [
+        (
+            "f.txt",
+            b"alpha\r\nbeta\r\ngamma",
+            vec![("alpha\nbeta", "ALPHA\nBETA")],
+            "-1 alpha\n-2 beta\n+1 ALPHA\n+2 BETA\n 3 gamma",
+            "--- f.txt\n+++ f.txt\n@@ -1,3 +1,3 @@\n-alpha\n-beta\n+ALPHA\n+BETA\n gamma\n\\ No newline at end of file\n",
+            1,
+        ),
+        (
+            "b.csv",
+            b"\xEF\xBB\xBFname,age\nbob,3",
+            vec![("name,age", "name,years")],
+            "-1 name,age\n+1 name,years\n 2 bob,3",
+            "--- b.csv\n+++ b.csv\n@@ -1,2 +1,2 @@\n-name,age\n+name,years\n bob,3\n\\ No newline at end of file\n",
+            1,
+        ),
+        (
+            "m.txt",
+            thirty.as_bytes(),
+            vec![("line 3\n", "line three\nline 3.5\n"), ("line 25\n", "")],
+            "  1 line 1\n  2 line 2\n- 3 line 3\n+ 3 line three\n+ 4 line 3.5\n  4 line 4\n  5 line 5\n  6 line 6\n  7 line 7\n    ...\n 21 line 21\n 22 line 22\n 23 line 23\n 24 line 24\n-25 line 25\n 26 line 26\n 27 line 27\n 28 line 28\n 29 line 29\n    ...",
+            "--- m.txt\n+++ m.txt\n@@ -1,7 +1,8 @@\n line 1\n line 2\n-line 3\n+line three\n+line 3.5\n line 4\n line 5\n line 6\n line 7\n@@ -21,9 +22,8 @@\n line 21\n line 22\n line 23\n line 24\n-line 25\n line 26\n line 27\n line 28\n line 29\n",
+            3,
+        ),
+        (
+            "e.txt",
+            b"a\nb\n",
+            vec![("b\n", "b\nc")],
+            " 1 a\n 2 b\n+3 c",
+            "--- e.txt\n+++ e.txt\n@@ -1,2 +1,3 @@\n a\n b\n+c\n\\ No newline at end of file\n",
+            3,
+        ),
+    ];
+    for (name, bytes, edits, diff, patch, first) in cases {
+        ws.put(name, bytes);
+        let edits: Vec<Value> = edits
+            .iter()
+            .map(|(o, n)| json!({"oldText": o, "newText": n}))
+            .collect();
+        let out = ws
+            .call("edit", json!({"path": name, "edits": edits}))
+            .await
+            .unwrap();
+        let d = out.details.unwrap();
+        assert_eq!(
+            (&d["diff"], &d["patch"], &d["firstChangedLine"]),
+            (&json!(diff), &json!(patch), &json!(first)),
+            "{name}"
+        );
+    }
 }

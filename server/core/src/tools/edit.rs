@@ -20,7 +20,9 @@
 //! numbered-line diff (`generateDiffString`: `+N line`, `-N line`, ` N line`, ` ... ` for skipped
 //! context, 4 lines of context, numbers padded to the width of the longer text's line count),
 //! which Pi's interface draws when it resumes the session; `details.firstChangedLine` is the
-//! 1-based line of the first change in the new text (Pi's), and `details.unifiedDiff` the same
+//! 1-based line of the first change in the new text (Pi's), `details.patch` Pi 1.6's unified
+//! patch (of the text without its byte order mark, with LF line ends; Pi's numbered diff leaves
+//! the mark out too), and `details.unifiedDiff` the same
 //! change as a unified diff (`similar`, 4 lines of context) for editors; `details.fileChange`
 //! records the change exactly, with the text's hashes before and after (see
 //! [`super::file_change`]).
@@ -127,6 +129,9 @@ pub(crate) struct EditDiffs {
     pub numbered: String,
     /// Pi's `firstChangedLine`: the new text's line number at the first change.
     pub first_changed: usize,
+    /// Pi 1.6's `patch`: the unified patch of the text without its byte order mark and with
+    /// LF line ends (jsdiff's `formatPatch` with file headers only; [`pi_patch`]).
+    pub patch: String,
 }
 
 /// [`plan_diff`] plus Pi's numbered-line diff of the same region.
@@ -138,6 +143,7 @@ pub(crate) fn plan_diffs(name: &str, text: &str, plan: &[TextReplace]) -> EditDi
             first_line: 1,
             numbered: String::new(),
             first_changed: 1,
+            patch: String::new(),
         };
     };
     let (first, last) = (first.range.start, last.range.end);
@@ -216,7 +222,59 @@ pub(crate) fn plan_diffs(name: &str, text: &str, plan: &[TextReplace]) -> EditDi
         first_line,
         numbered,
         first_changed,
+        patch: pi_patch(&td, name, skipped_lines),
     }
+}
+
+/// A line of the diffed text as Pi 1.6 diffs it: its end (`\n`, `\r\n`) off, and the file's
+/// byte order mark off its first line (`number`: the line's 1-based number in its text; Pi's
+/// `edit` splits the mark off before it matches or diffs).
+fn pi_line(line: &str, number: usize) -> &str {
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    match number {
+        1 => line.strip_prefix('\u{feff}').unwrap_or(line),
+        _ => line,
+    }
+}
+
+/// Pi 1.6's `details.patch` (`generateEditDiff`: jsdiff's `formatPatch` with
+/// `FILE_HEADERS_ONLY`) of the region diff `td`, which starts after `skipped` lines of the
+/// text: `--- name` / `+++ name`, each hunk's `@@ -start,lines +start,lines @@` (a side of no
+/// lines numbered one lower, jsdiff's quirk), its lines as [`pi_line`] gives them, and
+/// `\ No newline at end of file` after a last line without one.
+fn pi_patch<'a>(td: &similar::TextDiff<'a, 'a, 'a, str>, name: &str, skipped: usize) -> String {
+    use similar::ChangeTag;
+    let mut out = vec![format!("--- {name}"), format!("+++ {name}")];
+    for hunk in td.unified_diff().context_radius(DIFF_CONTEXT).iter_hunks() {
+        let ops = hunk.ops();
+        let (Some(first), Some(last)) = (ops.first(), ops.last()) else {
+            continue;
+        };
+        let side = |start: usize, end: usize| {
+            let lines = end - start;
+            let shown = skipped + start + usize::from(lines > 0);
+            format!("{shown},{lines}")
+        };
+        out.push(format!(
+            "@@ -{} +{} @@",
+            side(first.old_range().start, last.old_range().end),
+            side(first.new_range().start, last.new_range().end)
+        ));
+        for change in hunk.iter_changes() {
+            let (sign, index) = match change.tag() {
+                ChangeTag::Delete => ('-', change.old_index()),
+                ChangeTag::Insert => ('+', change.new_index()),
+                ChangeTag::Equal => (' ', change.old_index()),
+            };
+            let number = skipped + index.unwrap_or(0) + 1;
+            out.push(format!("{sign}{}", pi_line(change.value(), number)));
+            if !change.value().ends_with('\n') {
+                out.push("\\ No newline at end of file".into());
+            }
+        }
+    }
+    out.join("\n") + "\n"
 }
 
 /// One context line (numbered by the old text) of Pi's numbered diff.
@@ -226,7 +284,7 @@ fn push_context(
     l: &str,
     width: usize,
 ) {
-    out.push(format!(" {old_no:>width$} {l}"));
+    out.push(format!(" {old_no:>width$} {}", pi_line(l, *old_no)));
     *old_no += 1;
     *new_no += 1;
 }
@@ -268,10 +326,10 @@ fn numbered_diff(
                 first_changed.get_or_insert(new_no);
                 for l in lines {
                     if *tag == ChangeTag::Insert {
-                        out.push(format!("+{new_no:>width$} {l}"));
+                        out.push(format!("+{new_no:>width$} {}", pi_line(l, new_no)));
                         new_no += 1;
                     } else {
-                        out.push(format!("-{old_no:>width$} {l}"));
+                        out.push(format!("-{old_no:>width$} {}", pi_line(l, old_no)));
                         old_no += 1;
                     }
                 }
@@ -758,10 +816,9 @@ impl Tool for EditTool {
         Ok(ToolOutput {
             terminate: false,
             content: vec![pi_ai::ContentBlock::text(said)],
-            details: Some(
-                json!({"diff": diffs.numbered, "firstChangedLine": diffs.first_changed,
-                "unifiedDiff": diffs.unified, super::file_change::DETAILS_KEY: record.to_value()}),
-            ),
+            details: Some(json!({"diff": diffs.numbered, "patch": diffs.patch,
+                "firstChangedLine": diffs.first_changed,
+                "unifiedDiff": diffs.unified, super::file_change::DETAILS_KEY: record.to_value()})),
             ..Default::default()
         })
     }
