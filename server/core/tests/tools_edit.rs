@@ -539,6 +539,7 @@ async fn mixed_endings_new_lines_take_the_matched_lines_ending() {
 /// with node): a CRLF file, a BOM file, two hunks with an insertion and a removal, a last line
 /// without a newline.
 #[tokio::test]
+#[allow(clippy::type_complexity)]
 async fn edit_details_are_pi_1_6s_diff_and_patch() {
     let ws = Ws::new();
     let thirty: String = (1..=30).map(|i| format!("line {i}\n")).collect();
