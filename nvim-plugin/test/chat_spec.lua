@@ -247,10 +247,8 @@ H.case('steer and abort during a slow run: the queue and the report block', func
   local report = text:sub(text:find('↳ bash ✗', 1, true), -1)
   H.eq(
     table.concat({
-      '↳ bash ✗ (3 lines)',
+      '↳ bash ✗ (1 line)',
       '```',
-      '(no output)',
-      '',
       'Command aborted',
       '```',
       '',
