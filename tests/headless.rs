@@ -89,7 +89,7 @@ fn demo_runs_offline_with_the_scripted_model() {
 
 /// A models.json that does not load (a trailing comma) stops the run with the file's error
 /// and runs nothing, instead of falling back to the offline demo (which runs real tools).
-/// A requested unknown model lists the usable ones.
+/// A requested unknown model is Pi 1.6's error (`--list-models` lists the usable ones).
 #[test]
 fn broken_models_json_stops_the_run_instead_of_running_the_demo() {
     let tmp = TempDir::new("broken-models");
@@ -128,10 +128,10 @@ fn broken_models_json_stops_the_run_instead_of_running_the_demo() {
     .unwrap();
     let out = run(&ws, &env, &["--model", "local/nope", "hi"]);
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
         stderr.lines().last(),
-        Some("pi-lsp: unknown model \"local/nope\" (expected provider/id of a configured provider; usable here: local/m1, local/m2)"),
+        Some("Error: Model \"local/nope\" not found. Use --list-models to see available models."),
         "{stderr}"
     );
 }
@@ -3304,4 +3304,48 @@ fn pi_lsp_rpc_refused() -> String {
 /// [`pi_lsp::headless::API_KEY_REFUSED`].
 fn pi_lsp_api_key_refused() -> String {
     "Error: --api-key is not supported by `pi-lsp run`; put the key in models.json (`apiKey`) or in the provider's environment variable".into()
+}
+
+/// Issue 29 (trial46 round 4): no prompt on a resumed session (`-c`) sends nothing and prints
+/// the session's last answer, as Pi 1.6.0's print mode does (it prints the context's last
+/// message); with `--mode json` the session's header alone. Checked against Pi 1.6.0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_prompt_on_a_resumed_session_prints_its_last_answer_as_pi() {
+    let mock = MockModel::start(vec![
+        Step::text("answer one\nline two"),
+        Step::text("answer one\nline two"),
+    ])
+    .await;
+    let mut h = Headless::new("no-prompt-resumed", &mock.models_json());
+    warn_only(&mut h);
+    assert_success(&h.run(&["--model", "mock/mock-1", "first"]));
+    let header = pi_e2e::json_lines(&session_file(&h.ws))[0].clone();
+    let text = (Some(0), "answer one\nline two\n".to_string(), String::new());
+    assert_eq!(outcome(&h.run(&["-c"])), text);
+    let (code, stdout, stderr) = outcome(&h.run(&["-c", "--mode", "json"]));
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines, [header]);
+    assert_eq!(mock.requests().len(), 1);
+
+    let Some(pi) = pi_e2e::pi16_bin("no prompt on a resumed session compared with Pi 1.6.0") else {
+        return;
+    };
+    let tmp = TempDir::new("no-prompt-resumed-pi16");
+    let (ws, agent) = (tmp.path().join("ws"), tmp.path().join("agent"));
+    std::fs::create_dir_all(&ws).unwrap();
+    agent_env(&agent, &mock.models_json(), &[]);
+    assert_success(&pi_e2e::headless::run_pi(
+        &pi,
+        &ws,
+        &agent,
+        tmp.path(),
+        ["-p", "first"],
+    ));
+    let out = pi_e2e::headless::run_pi(&pi, &ws, &agent, tmp.path(), ["-p", "-c"]);
+    assert_eq!(outcome(&out), text);
+    assert_eq!(mock.requests().len(), 2);
 }
