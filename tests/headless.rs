@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use pi_e2e::headless::{assert_refused, assert_success, run, Headless};
+use pi_e2e::headless::{assert_success, run, Headless};
 use pi_e2e::lsp_client::agent_env;
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{fixtures, session_file, session_lines, TempDir};
@@ -89,7 +89,7 @@ fn demo_runs_offline_with_the_scripted_model() {
 
 /// A models.json that does not load (a trailing comma) stops the run with the file's error
 /// and runs nothing, instead of falling back to the offline demo (which runs real tools).
-/// A requested unknown model lists the usable ones.
+/// A requested unknown model is Pi 1.6's error (`--list-models` lists the usable ones).
 #[test]
 fn broken_models_json_stops_the_run_instead_of_running_the_demo() {
     let tmp = TempDir::new("broken-models");
@@ -128,10 +128,10 @@ fn broken_models_json_stops_the_run_instead_of_running_the_demo() {
     .unwrap();
     let out = run(&ws, &env, &["--model", "local/nope", "hi"]);
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
         stderr.lines().last(),
-        Some("pi-lsp: unknown model \"local/nope\" (expected provider/id of a configured provider; usable here: local/m1, local/m2)"),
+        Some("Error: Model \"local/nope\" not found. Use --list-models to see available models."),
         "{stderr}"
     );
 }
@@ -698,11 +698,15 @@ async fn system_prompt_append_and_tools_flags_as_pi() {
         "{prompt}"
     );
 
-    // Mixed: refused before anything runs.
+    // Mixed: refused before anything runs, in Pi 1.6's words and with its exit code.
     let out = h.run(&["--model", "mock/mock-1", "--tools", "read,-bash", "hi"]);
-    assert_refused(
-        &out,
-        "pi-lsp: --tools: tool names cannot be mixed with +name or -name entries",
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(1),
+            String::new(),
+            "Error: --tools: tool names cannot be mixed with +name or -name entries\n".into()
+        )
     );
     assert_eq!(mock.requests().len(), 2);
 }
@@ -740,15 +744,15 @@ async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
         assert_eq!(mock.requests()[i].body["reasoning_effort"], sent);
         assert_eq!(levels(&ws), [recorded]);
     }
-    // A name that is not a level: refused, nothing sent.
+    // A name that is not a level: Pi 1.6's warning, and nothing sent here (no prompt).
     let out = run(
         &h.path().join("deep"),
         &h.env,
-        &["--model", "mock/deep", "--thinking", "maximum", "x"],
+        &["--model", "mock/deep", "--thinking", "maximum"],
     );
-    assert_refused(
-        &out,
-        "pi-lsp: --thinking maximum: not a thinking level (off, minimal, low, medium, high, xhigh, max)",
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).lines().next(),
+        Some("Warning: Invalid thinking level \"maximum\". Valid values: off, minimal, low, medium, high, xhigh, max")
     );
     assert_eq!(mock.requests().len(), 2);
 }
@@ -1003,28 +1007,33 @@ async fn system_prompt_role_is_developer_only_where_pi_sends_it() {
 }
 
 /// An empty or blank prompt argument with nothing on stdin is no prompt, as empty stdin is:
-/// exit 2, nothing sent, nothing written.
+/// as Pi 1.6's print mode, exit 0, nothing printed, sent or written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn empty_prompt_is_refused_and_writes_nothing() {
+async fn empty_prompt_runs_nothing_and_writes_nothing() {
     let mock = MockModel::start(vec![Step::text("never")]).await;
-    let h = Headless::new("empty-prompt", &mock.models_json());
+    let mut h = Headless::new("empty-prompt", &mock.models_json());
+    warn_only(&mut h);
     for prompt in ["", "  \n\t "] {
         let out = h.run(&["--model", "mock/mock-1", prompt]);
-        assert_refused(&out, "pi-lsp: no prompt (give one, or pipe it on stdin)");
+        assert_eq!(outcome(&out), (Some(0), String::new(), String::new()));
     }
     assert_eq!(mock.requests().len(), 0);
     assert!(!h.ws.join(".pi").exists());
 }
 
-/// Flags are checked before the session file is made: `--thinking bogus` leaves nothing.
+/// Flags are checked before the session file is made: `--mode yaml` leaves nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_flag_creates_no_session_file() {
     let mock = MockModel::start(vec![Step::text("never")]).await;
     let h = Headless::new("bad-flag", &mock.models_json());
-    let out = h.run(&["--model", "mock/mock-1", "--thinking", "bogus", "hi"]);
-    assert_refused(
-        &out,
-        "pi-lsp: --thinking bogus: not a thinking level (off, minimal, low, medium, high, xhigh, max)",
+    let out = h.run(&["--model", "mock/mock-1", "--mode", "yaml", "hi"]);
+    assert_eq!(
+        outcome(&out),
+        (
+            Some(1),
+            String::new(),
+            "Error: Invalid mode \"yaml\". Valid values: text, json, rpc\n".into()
+        )
     );
     assert_eq!(mock.requests().len(), 0);
     assert!(!h.ws.join(".pi").exists());
@@ -2958,4 +2967,385 @@ fn tool_names_sent(mock: &MockModel) -> Vec<Value> {
                 .collect(),
         })
         .collect()
+}
+
+/// `run`'s environment with only warnings logged, as a user's run has it (the tests' default
+/// logs `info` lines too).
+fn warn_only(h: &mut Headless) {
+    for (k, v) in h.env.iter_mut() {
+        if *k == "PI_LSP_LOG" {
+            *v = "warn".into();
+        }
+    }
+}
+
+/// (exit code, stdout, stderr) of a finished process.
+fn outcome(out: &std::process::Output) -> (Option<i32>, String, String) {
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 29 (trial46 round 4): a session file with a damaged line is repaired while opening
+/// and the repair is said once, as one `Warning:` line (no log lines repeating it), then the
+/// run goes on. Pi 1.6.0 says nothing about it (its loader skips the line silently); pi-lsp
+/// says it because the line is left out of what the model is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repaired_session_is_said_once() {
+    let mock = MockModel::start(vec![Step::text("ok"), Step::text("ok")]).await;
+    let mut h = Headless::new("repair-once", &mock.models_json());
+    warn_only(&mut h);
+    let ws = h.ws.canonicalize().unwrap();
+    let damaged = |dir: &std::path::Path| {
+        std::fs::create_dir_all(dir).unwrap();
+        let file = dir.join("x.jsonl");
+        let lines = [
+            json!({"type": "session", "version": 3, "id": "s2", "timestamp": "2026-12-01T10:00:00.000Z", "cwd": ws}).to_string(),
+            json!({"type": "model_change", "id": "e1", "parentId": null, "timestamp": "2026-12-01T10:00:00.001Z", "provider": "mock", "modelId": "mock-1"}).to_string(),
+            "\u{0}\u{0}\u{0}not a line".to_string(),
+            json!({"type": "message", "id": "e2", "parentId": "e1", "timestamp": "2026-12-01T10:00:01.000Z", "message": {"role": "user", "content": [{"type": "text", "text": "there"}], "timestamp": 1796119201000u64}}).to_string(),
+        ];
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        file
+    };
+    let file = damaged(&ws.join(".pi/sessions"));
+    let out = h.run(&[
+        "--model",
+        "mock/mock-1",
+        "--session",
+        file.to_str().unwrap(),
+        "go",
+    ]);
+    let (code, stdout, stderr) = outcome(&out);
+    assert_eq!((code, stdout.as_str()), (Some(0), "ok\n"), "{stderr}");
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        [
+            format!(
+                "Warning: pi-lsp: session s2 was repaired while opening: skipped 1 damaged line(s) in {}",
+                file.display()
+            ),
+            format!("pi-lsp: session saved to {}", file.display()),
+        ]
+    );
+
+    let Some(pi) = pi_e2e::pi16_bin("a damaged session file compared with Pi 1.6.0") else {
+        return;
+    };
+    let tmp = TempDir::new("repair-once-pi16");
+    let agent = tmp.path().join("agent");
+    agent_env(&agent, &mock.models_json(), &[]);
+    let file = damaged(&ws.join("pi16"));
+    let out = pi_e2e::headless::run_pi(
+        &pi,
+        &ws,
+        &agent,
+        tmp.path(),
+        ["--session", file.to_str().unwrap(), "-p", "go"],
+    );
+    assert_eq!(outcome(&out), (Some(0), "ok\n".into(), String::new()));
+}
+
+/// Issue 29 (trial46 round 4): `run`'s exit codes and words where Pi 1.6.0's print mode has
+/// them, checked against it: a `--model` no provider has (exit 1, Pi's error), a `--session`
+/// id that matches nothing (exit 1, Pi's line), no prompt at all (exit 0, nothing printed,
+/// sent or written); and a `--session` prefix that several sessions share continues the
+/// newest of them, as Pi's `resolveSessionPath` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_errors_exit_as_pi_s_print_mode_in_its_words() {
+    let mock = MockModel::start(vec![
+        Step::text("one"),
+        Step::text("two"),
+        Step::text("three"),
+    ])
+    .await;
+    let mut h = Headless::new("usage-exit", &mock.models_json());
+    warn_only(&mut h);
+    let bad_model = (
+        Some(1),
+        String::new(),
+        "Error: Model \"zz/mock-1\" not found. Use --list-models to see available models.\n"
+            .to_string(),
+    );
+    let no_session = (
+        Some(1),
+        String::new(),
+        "No session found matching 'deadbeef'\n".to_string(),
+    );
+    let silent = (Some(0), String::new(), String::new());
+    assert_eq!(outcome(&h.run(&["--model", "zz/mock-1", "hi"])), bad_model);
+    assert_eq!(
+        outcome(&h.run(&["--model", "mock/mock-1", "--session", "deadbeef", "hi"])),
+        no_session
+    );
+    assert_eq!(outcome(&h.run(&["--model", "mock/mock-1"])), silent);
+    assert!(mock.requests().is_empty());
+    assert!(!h.ws.join(".pi").exists());
+    // Two sessions (ids of one millisecond's time start alike): the newest is continued.
+    for p in ["first", "first b"] {
+        assert_success(&h.run(&["--model", "mock/mock-1", p]));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dir = h.ws.join(".pi/sessions");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    let newest = files.last().unwrap().clone();
+    let id = pi_e2e::json_lines(&newest)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = h.run(&["--model", "mock/mock-1", "--session", &id[..2], "third"]);
+    assert_success(&out);
+    assert_eq!(user_texts(&newest), ["first b", "third"]);
+
+    let Some(pi) = pi_e2e::pi16_bin("print mode's usage errors compared with Pi 1.6.0") else {
+        return;
+    };
+    let tmp = TempDir::new("usage-exit-pi16");
+    let (ws, agent) = (tmp.path().join("ws"), tmp.path().join("agent"));
+    std::fs::create_dir_all(&ws).unwrap();
+    agent_env(&agent, &mock.models_json(), &[]);
+    let pi_out = |args: &[&str]| {
+        let mut cmd = pi_e2e::headless::pi_bare_command(&pi, &ws, &agent, tmp.path());
+        cmd.args(args);
+        outcome(&tokio::task::block_in_place(|| cmd.output().unwrap()))
+    };
+    let before = mock.requests().len();
+    assert_eq!(pi_out(&["-p", "--model", "zz/mock-1", "hi"]), bad_model);
+    assert_eq!(
+        pi_out(&[
+            "-p",
+            "--model",
+            "mock/mock-1",
+            "--session",
+            "deadbeef",
+            "hi"
+        ]),
+        no_session
+    );
+    assert_eq!(pi_out(&["-p", "--model", "mock/mock-1"]), silent);
+    assert_eq!(mock.requests().len(), before);
+}
+
+/// Issue 29 (trial46 round 4): `--thinking` with a word that is no level is Pi 1.6.0's
+/// warning, in its words, and the run goes on at the level it would have had (checked
+/// against Pi 1.6.0: same stderr line, same answer, exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_thinking_level_is_warned_about_and_the_run_goes_on() {
+    let mock = MockModel::start(vec![Step::text("answer"), Step::text("answer")]).await;
+    let mut h = Headless::new("bad-thinking", &mock.models_json());
+    warn_only(&mut h);
+    let warning = "Warning: Invalid thinking level \"bogus\". Valid values: off, minimal, low, medium, high, xhigh, max";
+    let out = h.run(&["--model", "mock/mock-1", "--thinking", "bogus", "hi"]);
+    let (code, stdout, stderr) = outcome(&out);
+    assert_eq!((code, stdout.as_str()), (Some(0), "answer\n"), "{stderr}");
+    assert_eq!(stderr.lines().next(), Some(warning));
+    assert_eq!(mock.requests().len(), 1);
+
+    let Some(pi) = pi_e2e::pi16_bin("--thinking bogus compared with Pi 1.6.0") else {
+        return;
+    };
+    let tmp = TempDir::new("bad-thinking-pi16");
+    let (ws, agent) = (tmp.path().join("ws"), tmp.path().join("agent"));
+    std::fs::create_dir_all(&ws).unwrap();
+    agent_env(&agent, &mock.models_json(), &[]);
+    let out = pi_e2e::headless::run_pi(
+        &pi,
+        &ws,
+        &agent,
+        tmp.path(),
+        ["--thinking", "bogus", "-p", "hi"],
+    );
+    assert_eq!(
+        outcome(&out),
+        (Some(0), "answer\n".into(), format!("{warning}\n"))
+    );
+}
+
+/// Issue 29 (trial46 round 4): Pi 1.6.0's print-mode flags `run` takes with Pi's meaning:
+/// `-p` and `--offline` / `--verbose` (nothing to change), `--mode json` (`--json`),
+/// `--provider P --model M`, `--session-dir`, `--name` (a `session_info` entry), `--fork` (a
+/// new file whose header names its parent, holding its entries, then the run; here by path,
+/// as `--session-dir` is where ids are looked up),
+/// `--session-id` of an existing session, `--list-models` (Pi's table, the same bytes as Pi
+/// 1.6.0 prints); and the ones it refuses in Pi's way (exit 1, one `Error:` line):
+/// `--mode rpc`, `--api-key`, `--session-id` of no session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_s_print_mode_flags_are_taken_with_pi_s_meaning() {
+    let mock = MockModel::start((0..8).map(|i| Step::text(&format!("answer {i}"))).collect()).await;
+    let mut h = Headless::new("pi-flags", &mock.models_json());
+    warn_only(&mut h);
+    let answer = |out: &std::process::Output| {
+        let (code, stdout, stderr) = outcome(out);
+        assert_eq!(code, Some(0), "{stderr}");
+        stdout
+    };
+    assert_eq!(
+        answer(&h.run(&[
+            "-p",
+            "--offline",
+            "--verbose",
+            "--provider",
+            "mock",
+            "--model",
+            "mock-1",
+            "hi"
+        ])),
+        "answer 0\n"
+    );
+    let first = session_file(&h.ws);
+    let id = pi_e2e::json_lines(&first)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let json_out = answer(&h.run(&[
+        "--mode",
+        "json",
+        "--model",
+        "mock/mock-1",
+        "--session-id",
+        &id,
+        "again",
+    ]));
+    assert_eq!(
+        serde_json::from_str::<Value>(json_out.lines().next().unwrap()).unwrap(),
+        pi_e2e::json_lines(&first)[0]
+    );
+    assert_eq!(user_texts(&first), ["hi", "again"]);
+    // The fork: a second file, its parent named, the entries copied, then the run's.
+    let sd = h.path().join("sd");
+    assert_eq!(
+        answer(&h.run(&[
+            "--model",
+            "mock/mock-1",
+            "--session-dir",
+            sd.to_str().unwrap(),
+            "--fork",
+            first.to_str().unwrap(),
+            "--name",
+            " nm ",
+            "forked"
+        ])),
+        "answer 2\n"
+    );
+    let forks: Vec<_> = std::fs::read_dir(&sd)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    assert_eq!(forks.len(), 1, "{forks:?}");
+    let lines = pi_e2e::json_lines(&forks[0]);
+    assert_eq!(
+        lines[0]["parentSession"],
+        json!(first.display().to_string())
+    );
+    assert_ne!(lines[0]["id"], json!(id));
+    assert_eq!(user_texts(&forks[0]), ["hi", "again", "forked"]);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["type"] == "session_info")
+            .map(|l| l["name"].clone())
+            .collect::<Vec<_>>(),
+        [json!("nm")]
+    );
+    // Refused in Pi's way.
+    for (args, line) in [
+        (vec!["--mode", "rpc", "hi"], pi_lsp_rpc_refused()),
+        (vec!["--api-key", "k", "--model", "mock/mock-1", "hi"], pi_lsp_api_key_refused()),
+        (vec!["--session-id", "nope-1", "hi"], "Error: --session-id: no session of this folder has id 'nope-1', and `pi-lsp run` cannot start a session with an id of your choosing".to_string()),
+        (vec!["--mode", "yaml", "hi"], "Error: Invalid mode \"yaml\". Valid values: text, json, rpc".to_string()),
+        (vec!["--provider", "mock", "hi"], "Error: --provider requires --model (for example: --provider mock --model <pattern>)".to_string()),
+    ] {
+        assert_eq!(outcome(&h.run(&args)), (Some(1), String::new(), format!("{line}\n")), "{args:?}");
+    }
+    assert_eq!(mock.requests().len(), 3);
+    let table = "provider  model       context  max-out  thinking  images\nmock      mock-1      128K     4.1K     no        no    \nmockant   mock-ant-1  200K     4.1K     no        no    \n";
+    assert_eq!(
+        outcome(&h.run(&["--list-models"])),
+        (Some(0), table.to_string(), String::new())
+    );
+    assert_eq!(outcome(&h.run(&["--list-models", "ant"])).1, "provider  model       context  max-out  thinking  images\nmockant   mock-ant-1  200K     4.1K     no        no    \n");
+
+    let Some(pi) = pi_e2e::pi16_bin("--list-models compared with Pi 1.6.0") else {
+        return;
+    };
+    let tmp = TempDir::new("pi-flags-pi16");
+    let (ws, agent) = (tmp.path().join("ws"), tmp.path().join("agent"));
+    std::fs::create_dir_all(&ws).unwrap();
+    agent_env(&agent, &mock.models_json(), &[]);
+    for search in [None, Some("ant")] {
+        let mut cmd = pi_e2e::headless::pi_bare_command(&pi, &ws, &agent, tmp.path());
+        cmd.arg("--list-models").args(search);
+        let theirs = outcome(&tokio::task::block_in_place(|| cmd.output().unwrap()));
+        let ours = outcome(
+            &h.run(
+                &["--list-models"]
+                    .into_iter()
+                    .chain(search)
+                    .collect::<Vec<_>>(),
+            ),
+        );
+        assert_eq!(ours, theirs, "{search:?}");
+    }
+}
+
+/// [`pi_lsp::headless::RPC_REFUSED`], as the test binary cannot link the binary's crate.
+fn pi_lsp_rpc_refused() -> String {
+    "Error: --mode rpc is not served by `pi-lsp run`; `pi-lsp` serves the editor protocol (LSP) and `pi-lsp acp` the Agent Client Protocol".into()
+}
+
+/// [`pi_lsp::headless::API_KEY_REFUSED`].
+fn pi_lsp_api_key_refused() -> String {
+    "Error: --api-key is not supported by `pi-lsp run`; put the key in models.json (`apiKey`) or in the provider's environment variable".into()
+}
+
+/// Issue 29 (trial46 round 4): no prompt on a resumed session (`-c`) sends nothing and prints
+/// the session's last answer, as Pi 1.6.0's print mode does (it prints the context's last
+/// message); with `--mode json` the session's header alone. Checked against Pi 1.6.0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_prompt_on_a_resumed_session_prints_its_last_answer_as_pi() {
+    let mock = MockModel::start(vec![
+        Step::text("answer one\nline two"),
+        Step::text("answer one\nline two"),
+    ])
+    .await;
+    let mut h = Headless::new("no-prompt-resumed", &mock.models_json());
+    warn_only(&mut h);
+    assert_success(&h.run(&["--model", "mock/mock-1", "first"]));
+    let header = pi_e2e::json_lines(&session_file(&h.ws))[0].clone();
+    let text = (Some(0), "answer one\nline two\n".to_string(), String::new());
+    assert_eq!(outcome(&h.run(&["-c"])), text);
+    let (code, stdout, stderr) = outcome(&h.run(&["-c", "--mode", "json"]));
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines, [header]);
+    assert_eq!(mock.requests().len(), 1);
+
+    let Some(pi) = pi_e2e::pi16_bin("no prompt on a resumed session compared with Pi 1.6.0") else {
+        return;
+    };
+    let tmp = TempDir::new("no-prompt-resumed-pi16");
+    let (ws, agent) = (tmp.path().join("ws"), tmp.path().join("agent"));
+    std::fs::create_dir_all(&ws).unwrap();
+    agent_env(&agent, &mock.models_json(), &[]);
+    assert_success(&pi_e2e::headless::run_pi(
+        &pi,
+        &ws,
+        &agent,
+        tmp.path(),
+        ["-p", "first"],
+    ));
+    let out = pi_e2e::headless::run_pi(&pi, &ws, &agent, tmp.path(), ["-p", "-c"]);
+    assert_eq!(outcome(&out), text);
+    assert_eq!(mock.requests().len(), 2);
 }

@@ -5,8 +5,11 @@
 //! line, goes to stdout; tool calls, retries and errors go to stderr; the session is
 //! written to the sessions folder (`<workspace>/.pi/sessions/` by default). Exit code 0 when the
 //! run ends normally, 1 when it ends in an error or abort or its answer was cut at the output
-//! limit (Pi's "Response was truncated" on stderr), or a `@path` argument names no file, 2 for
-//! bad usage or configuration,
+//! limit (Pi's "Response was truncated" on stderr), or a `@path` argument names no file, or a
+//! usage error Pi 1.6's print mode has (an unknown `--model`, a `--session` that matches
+//! nothing, a bad `--tools` list, …: Pi's words), 0 with no prompt at all (nothing sent, as
+//! Pi), 2 for pi-lsp's own configuration errors (a workspace that is not a folder, a session
+//! that cannot be opened),
 //! 128 + the signal's number on SIGTERM (143), SIGHUP (129) or SIGINT (130), after the same
 //! cleanup as the server's ([`Sessions::stop_all`]: the run aborted, its results written,
 //! process groups killed, the file synced and unlocked). At the end of every run the process
@@ -38,6 +41,23 @@ pub struct RunArgs {
     pub workspace: PathBuf,
     pub model: Option<String>,
     pub json: bool,
+    /// Pi's `--mode`: `text`, `json` (as `json`), `rpc` (refused); anything else is Pi's
+    /// error.
+    pub mode: Option<String>,
+    /// Pi's `--provider`: the provider of `model` (`--model P/M`); requires `model`.
+    pub provider: Option<String>,
+    /// Pi's `--session-id`: the folder's session with exactly this id is continued.
+    pub session_id: Option<String>,
+    /// Pi's `--session-dir`: the sessions folder for this run (relative: to the workspace).
+    pub session_dir: Option<String>,
+    /// Pi's `-n/--name`: the session's name (a `session_info` entry), trimmed, not empty.
+    pub name: Option<String>,
+    /// Pi's `--list-models [search]`: list the available models and exit.
+    pub list_models: Option<Option<String>>,
+    /// Pi's `--api-key`: refused ([`API_KEY_REFUSED`]).
+    pub api_key: Option<String>,
+    /// Pi's `--fork <path|id>`: the session forked into the sessions folder and continued.
+    pub fork: Option<String>,
     /// `--approve` (`Some(true)`) / `--no-approve` (`Some(false)`): the project folder's trust
     /// for this run; `None`: as Pi 1.6 decides ([`pi_core::trust`]: its trust store, then
     /// `defaultProjectTrust`). See [`pi_core::resources`] for what trust covers.
@@ -135,10 +155,16 @@ fn resume_path(
                     Target::Create(p)
                 }));
             }
-            let found: Vec<_> = found
-                .into_iter()
-                .filter(|x| x.id.starts_with(s.as_str()))
-                .collect();
+            // Pi 1.6's `resolveSessionPath`: an exact id first, else the newest session whose
+            // id starts with it (the list is newest first, as Pi's `SessionManager.list`).
+            let found: Vec<_> = match found.iter().position(|x| x.id == *s) {
+                Some(i) => vec![found[i].clone()],
+                None => found
+                    .into_iter()
+                    .filter(|x| x.id.starts_with(s.as_str()))
+                    .take(1)
+                    .collect(),
+            };
             let elsewhere = || {
                 let root = pi_ai::models::agent_dir()?.join("sessions");
                 pi_core::session::find_in_all_projects(&root, s)
@@ -153,18 +179,128 @@ fn resume_path(
                     }));
                 }
             }
-            match found.as_slice() {
-                [one] => Ok(Some(Target::Open(one.path.clone()))),
-                [] => Err(format!(
-                    "no session file {s} and no session of this folder with that id"
-                )),
-                many => Err(format!(
-                    "{} sessions start with {s}; give more of the id",
-                    many.len()
-                )),
+            match found.first() {
+                Some(one) => Ok(Some(Target::Open(one.path.clone()))),
+                None => Err(not_found(s)),
             }
         }
     }
+}
+
+/// Pi 1.6's words (`createSessionManager`) for a `--session` / `--fork` id that names no
+/// session.
+fn not_found(arg: &str) -> String {
+    format!("No session found matching '{arg}'")
+}
+
+/// Pi 1.6's `assertValidSessionId` (`--session-id`): letters, digits, `.`, `_`, `-`, starting
+/// and ending with a letter or digit; its error otherwise.
+fn check_session_id(id: &str) -> Result<(), String> {
+    let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if ends(id.chars().next()) && ends(id.chars().last()) && id.chars().all(inner) {
+        Ok(())
+    } else {
+        Err("Session id must be non-empty, contain only alphanumeric characters, '-', '_', and '.', and start and end with an alphanumeric character".into())
+    }
+}
+
+/// `run`'s answer to Pi's `--api-key`.
+pub const API_KEY_REFUSED: &str = "Error: --api-key is not supported by `pi-lsp run`; put the key in models.json (`apiKey`) or in the provider's environment variable";
+
+/// `run`'s answer to Pi's `--mode rpc`.
+pub const RPC_REFUSED: &str = "Error: --mode rpc is not served by `pi-lsp run`; `pi-lsp` serves the editor protocol (LSP) and `pi-lsp acp` the Agent Client Protocol";
+
+/// Pi 1.6's `formatTokenCount` (`dist/cli/list-models.js`): `200K`, `1M`, `1.5M`, `950`.
+fn token_count(n: u64) -> String {
+    let short = |v: f64, unit: &str| {
+        if v.fract() == 0.0 {
+            format!("{v}{unit}")
+        } else {
+            format!("{v:.1}{unit}")
+        }
+    };
+    match n {
+        1_000_000.. => short(n as f64 / 1_000_000.0, "M"),
+        1_000.. => short(n as f64 / 1_000.0, "K"),
+        _ => n.to_string(),
+    }
+}
+
+/// Whether every word of `search` (split at white space and `/`) is found in `text` in order,
+/// letters compared without case: the match of Pi's `fuzzyFilter` (pi-tui), whose scores only
+/// order what `--list-models` sorts again by provider and id.
+fn fuzzy_matches(search: &str, text: &str) -> bool {
+    let text = text.to_lowercase();
+    search
+        .split(|c: char| c.is_whitespace() || c == '/')
+        .filter(|t| !t.is_empty())
+        .all(|token| {
+            let mut rest = text.chars();
+            token
+                .to_lowercase()
+                .chars()
+                .all(|c| rest.by_ref().any(|t| t == c))
+        })
+}
+
+/// Pi 1.6's `--list-models [search]` (`listModels`, `dist/cli/list-models.js`): the models
+/// with a key, those matching `search` ([`fuzzy_matches`] on `provider id`), sorted by provider
+/// then id, as a table of columns two spaces apart: provider, model, context, max-out,
+/// thinking, images.
+fn model_table(models: &[pi_ai::Model], search: Option<&str>) -> String {
+    let mut rows: Vec<[String; 6]> = models
+        .iter()
+        .filter(|m| m.api_key.is_some())
+        .filter(|m| search.is_none_or(|s| fuzzy_matches(s, &format!("{} {}", m.provider, m.id))))
+        .map(|m| {
+            let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
+            [
+                m.provider.clone(),
+                m.id.clone(),
+                token_count(m.context_window),
+                token_count(m.max_tokens),
+                yes(m.reasoning),
+                yes(m.input.iter().any(|i| i == "image")),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return match search {
+            Some(s) => format!("No models matching \"{s}\"\n"),
+            None => "No models available. Set a provider's API key (such as ANTHROPIC_API_KEY or OPENAI_API_KEY) or add a provider to models.json.\n".into(),
+        };
+    }
+    rows.sort_by(|a, b| {
+        let key = |r: &[String; 6]| (r[0].to_lowercase(), r[1].to_lowercase());
+        key(a)
+            .cmp(&key(b))
+            .then_with(|| (&a[0], &a[1]).cmp(&(&b[0], &b[1])))
+    });
+    let header = [
+        "provider", "model", "context", "max-out", "thinking", "images",
+    ]
+    .map(String::from);
+    let widths: Vec<usize> = (0..6)
+        .map(|i| {
+            rows.iter()
+                .chain(std::iter::once(&header))
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    std::iter::once(&header)
+        .chain(rows.iter())
+        .map(|r| {
+            let cells: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            format!("{}\n", cells.join("  "))
+        })
+        .collect()
 }
 
 /// Text piped on stdin, trimmed as Pi 1.6's `readPipedStdin` trims it (nothing when stdin is a
@@ -687,9 +823,103 @@ fn run_overrides(args: &RunArgs) -> Result<RunOverrides, String> {
     })
 }
 
+/// Pi 1.6's usage checks of print mode (`parseArgs`'s diagnostics, `validateForkFlags`,
+/// `validateSessionIdFlags`, `--name`, `--provider`, `--api-key`), each in Pi's words, before
+/// anything is read or written: `Err(line)` ends the run with exit code 1. A `--thinking` that
+/// is no level is Pi's warning, printed here, and the run goes on at the default level.
+#[allow(clippy::print_stderr)]
+fn check_pi_flags(args: &RunArgs) -> Result<Option<pi_ai::models::ThinkingLevel>, String> {
+    let thinking = match &args.thinking {
+        None => None,
+        Some(t) => {
+            let level = pi_ai::models::ThinkingLevel::parse(t);
+            if level.is_none() {
+                eprintln!("Warning: Invalid thinking level \"{t}\". Valid values: off, minimal, low, medium, high, xhigh, max");
+            }
+            level
+        }
+    };
+    match args.mode.as_deref() {
+        None | Some("text" | "json") => {}
+        Some("rpc") => return Err(RPC_REFUSED.into()),
+        Some(m) => {
+            return Err(format!(
+                "Error: Invalid mode \"{m}\". Valid values: text, json, rpc"
+            ))
+        }
+    }
+    if args.fork.is_some() {
+        let with: Vec<&str> = [
+            (
+                args.resume
+                    .as_ref()
+                    .is_some_and(|r| matches!(r, Resume::Session(_))),
+                "--session",
+            ),
+            (args.resume == Some(Resume::Latest), "--continue"),
+            (args.no_session, "--no-session"),
+        ]
+        .into_iter()
+        .filter_map(|(on, flag)| on.then_some(flag))
+        .collect();
+        if !with.is_empty() {
+            return Err(format!(
+                "Error: --fork cannot be combined with {}",
+                with.join(", ")
+            ));
+        }
+    }
+    if let Some(id) = &args.session_id {
+        let with: Vec<&str> = [
+            (
+                args.resume
+                    .as_ref()
+                    .is_some_and(|r| matches!(r, Resume::Session(_))),
+                "--session",
+            ),
+            (args.resume == Some(Resume::Latest), "--continue"),
+        ]
+        .into_iter()
+        .filter_map(|(on, flag)| on.then_some(flag))
+        .collect();
+        if !with.is_empty() {
+            return Err(format!(
+                "Error: --session-id cannot be combined with {}",
+                with.join(", ")
+            ));
+        }
+        check_session_id(id).map_err(|e| format!("Error: {e}"))?;
+    }
+    if args.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+        return Err("Error: --name requires a non-empty value".into());
+    }
+    if let (Some(p), None) = (&args.provider, &args.model) {
+        return Err(format!(
+            "Error: --provider requires --model (for example: --provider {p} --model <pattern>)"
+        ));
+    }
+    if args.api_key.is_some() {
+        return Err(API_KEY_REFUSED.into());
+    }
+    Ok(thinking)
+}
+
+/// Pi 1.6's words for a `--model` no provider configures (`resolveCliModel`).
+fn model_not_found(model: &str) -> String {
+    format!("Error: Model \"{model}\" not found. Use --list-models to see available models.")
+}
+
 /// Runs one prompt headless; returns the process exit code.
 #[allow(clippy::print_stderr)]
 pub async fn run(args: RunArgs) -> i32 {
+    // Pi's usage checks first, each in its words (exit code 1).
+    let thinking = match check_pi_flags(&args) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
     let workspace = match args.workspace.canonicalize() {
         Ok(w) if w.is_dir() => w,
         _ => {
@@ -704,19 +934,94 @@ pub async fn run(args: RunArgs) -> i32 {
     let mut overrides = match run_overrides(&args) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("pi-lsp: {e}");
-            return 2;
+            eprintln!("Error: {e}");
+            return 1;
         }
     };
-    let thinking = match &args.thinking {
-        None => None,
-        Some(t) => match pi_ai::models::ThinkingLevel::parse(t) {
-            Some(level) => Some(level),
-            None => {
-                eprintln!("pi-lsp: --thinking {t}: not a thinking level (off, minimal, low, medium, high, xhigh, max)");
-                return 2;
-            }
-        },
+    let json = args.json || args.mode.as_deref() == Some("json");
+    // `--provider P --model M` is the model `P/M` (Pi's `--provider` names the provider
+    // `--model` is looked for in).
+    let model = match (&args.provider, &args.model) {
+        (Some(p), Some(m)) => Some(format!("{p}/{m}")),
+        (_, m) => m.clone(),
+    };
+    // `--no-session` (Pi's in-memory session): the file goes to a private folder removed at the
+    // end, so nothing is created in the workspace or Pi's folders; `-c`/`--session` are
+    // ignored, as Pi's `--no-session` does.
+    let scratch = args.no_session.then(|| {
+        std::env::temp_dir().join(format!(
+            "pi-lsp-no-session-{}-{}",
+            std::process::id(),
+            chrono::Utc::now().timestamp_micros()
+        ))
+    });
+    overrides.session_dir = scratch
+        .clone()
+        .or_else(|| args.session_dir.as_deref().map(|d| absolute(&workspace, d)));
+    let agent_dir = pi_ai::models::agent_dir();
+    let trust = pi_core::trust::resolve_project_trust(&workspace, agent_dir.as_deref(), args.trust);
+    if let Some(w) = &trust.warning {
+        eprintln!("pi-lsp: {w}");
+    }
+    let ws = Arc::new(
+        WorkspaceConfig::new(workspace.clone(), agent_dir, trust.trusted).with_overrides(overrides),
+    );
+    // Pi 1.6's `--list-models`: the table, then exit 0, nothing else read or written.
+    if let Some(search) = &args.list_models {
+        let reg = pi_ai::models::Registry::load_files(&ws.models_files());
+        for w in &reg.warnings {
+            eprintln!("Warning: {w}");
+        }
+        print_out(&model_table(&reg.models, search.as_deref()));
+        return 0;
+    }
+    if let Some(n) = untrusted_notice(
+        &ws,
+        "run with --approve, or trust the folder in Pi, to load it",
+    ) {
+        eprintln!("{n}");
+    }
+    let failed_save = Arc::new(AtomicBool::new(false));
+    let left_out = Arc::new(AtomicBool::new(false));
+    let root = workspace.clone();
+    let closing = Arc::new(Mutex::new(Vec::new()));
+    let later_prompts = Arc::new(AtomicUsize::new(0));
+    let setup = Arc::new(HeadlessSetup {
+        root: workspace.clone(),
+        json,
+        approve: args.approve,
+        failed_save: failed_save.clone(),
+        later_prompts: later_prompts.clone(),
+        left_out: left_out.clone(),
+        closing: closing.clone(),
+    });
+    // The one registry every front door uses: the session, and the stop on a signal.
+    let sessions = Sessions::new(ws.clone(), setup, None);
+    // Which session, as Pi 1.6's `createSessionManager` decides it (before the model and the
+    // prompt are looked at): `--fork`, `--session`, `--continue`, `--session-id`.
+    let resume = if args.no_session {
+        Ok(None)
+    } else if let Some(f) = &args.fork {
+        match &args.session_id {
+            Some(id) => Err(format!("Error: --session-id {id}: `pi-lsp run` cannot start a session with an id of your choosing")),
+            None => fork_target(&sessions, &ws, &root, f),
+        }
+    } else if let Some(r) = &args.resume {
+        resume_path(&sessions, &root, r)
+    } else if let Some(id) = &args.session_id {
+        match folder_sessions(&sessions).into_iter().find(|s| s.id == *id) {
+            Some(s) => Ok(Some(Target::Open(s.path))),
+            None => Err(format!("Error: --session-id: no session of this folder has id '{id}', and `pi-lsp run` cannot start a session with an id of your choosing")),
+        }
+    } else {
+        Ok(None)
+    };
+    let resume = match resume {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
     };
     // `@path` arguments are files wherever they stand; the first other argument is the prompt,
     // each later one a prompt of its own (Pi 1.6's `parseArgs` and `buildInitialMessage`).
@@ -726,6 +1031,7 @@ pub async fn run(args: RunArgs) -> i32 {
         .map(String::as_str)
         .partition(|a| a.starts_with('@'));
     let further = messages.get(1..).unwrap_or_default();
+    later_prompts.store(further.len(), Ordering::SeqCst);
     let files: Vec<&str> = files.iter().map(|f| &f[1..]).collect();
     // Pi reads the files against the folder it runs in, its project folder, which
     // `--workspace` names here: a relative `@path` is taken from the workspace folder, as a
@@ -738,92 +1044,61 @@ pub async fn run(args: RunArgs) -> i32 {
             return 1;
         }
     };
-    // An empty or blank prompt, from the argument, the files or stdin, is no prompt.
-    let Some(prompt) = prompt_text(
+    // An empty or blank prompt, from the argument, the files or stdin, is no prompt: Pi 1.6's
+    // print mode then sends nothing and prints the session's last answer, if it has one.
+    let prompt = prompt_text(
         piped_stdin(),
         &attached.text,
         messages.first().map(|m| m.to_string()),
     )
-    .filter(|p| !p.trim().is_empty() || !attached.images.is_empty()) else {
-        eprintln!("pi-lsp: no prompt (give one, or pipe it on stdin)");
-        return 2;
-    };
-    // `--no-session` (Pi's in-memory session): the file goes to a private folder removed at the
-    // end, so nothing is created in the workspace or Pi's folders; `-c`/`--session` are
-    // ignored, as Pi's `--no-session` does.
-    let scratch = args.no_session.then(|| {
-        std::env::temp_dir().join(format!(
-            "pi-lsp-no-session-{}-{}",
-            std::process::id(),
-            chrono::Utc::now().timestamp_micros()
-        ))
-    });
-    overrides.session_dir = scratch.clone();
-    let agent_dir = pi_ai::models::agent_dir();
-    let trust = pi_core::trust::resolve_project_trust(&workspace, agent_dir.as_deref(), args.trust);
-    if let Some(w) = &trust.warning {
-        eprintln!("pi-lsp: {w}");
-    }
-    let ws = Arc::new(
-        WorkspaceConfig::new(workspace.clone(), agent_dir, trust.trusted).with_overrides(overrides),
-    );
-    if let Some(n) = untrusted_notice(
-        &ws,
-        "run with --approve, or trust the folder in Pi, to load it",
-    ) {
-        eprintln!("{n}");
-    }
-    let failed_save = Arc::new(AtomicBool::new(false));
-    let later_prompts = Arc::new(AtomicUsize::new(further.len()));
-    let left_out = Arc::new(AtomicBool::new(false));
-    let root = workspace.clone();
-    let closing = Arc::new(Mutex::new(Vec::new()));
-    let setup = Arc::new(HeadlessSetup {
-        root: workspace,
-        json: args.json,
-        approve: args.approve,
-        failed_save: failed_save.clone(),
-        later_prompts: later_prompts.clone(),
-        left_out: left_out.clone(),
-        closing: closing.clone(),
-    });
-    // The one registry every front door uses: the session, and the stop on a signal.
-    let sessions = Sessions::new(ws, setup, None);
-    let resume = match args.resume.as_ref().filter(|_| !args.no_session) {
-        None => None,
-        Some(r) => match resume_path(&sessions, &root, r) {
-            Ok(path) => path,
-            Err(e) => {
-                eprintln!("pi-lsp: {e}");
-                return 2;
+    .filter(|p| !p.trim().is_empty() || !attached.images.is_empty());
+    let resume = match (prompt.is_some(), resume) {
+        (false, None | Some(Target::Create(_))) => {
+            // Nothing is written (Pi 1.6 writes a new session's file with its first answer);
+            // only the model is checked, as Pi resolves it before reading the prompt.
+            if let Some(m) = &model {
+                if pi_core::harness::setup::choose_model(&ws, Some(m), None).is_err() {
+                    eprintln!("{}", model_not_found(args.model.as_deref().unwrap_or(m)));
+                    return 1;
+                }
             }
-        },
+            return 0;
+        }
+        (_, r) => r,
     };
     // `--thinking` is the level a new session starts at, and the one a resumed file that
     // records none gets recorded (Pi 1.6's `createAgentSession`: one `thinking_level_change`,
     // never the default first); a file that records another level gets it appended below, as
     // Pi 1.6.0's `setThinkingLevel` after `createAgentSession` does. `--model` on a resumed
     // file is the model the run uses, recorded nowhere (Pi 1.6.0 appends no `model_change`).
-    let session = match resume {
-        None => sessions
-            .create(args.model.as_deref(), thinking, None)
-            .map_err(|e| e.to_string()),
-        Some(Target::Create(path)) => sessions
-            .create_in(args.model.as_deref(), thinking, None, Some(&path))
-            .map_err(|e| e.to_string()),
-        Some(Target::Open(path)) => sessions
-            .open_file_for_run(&path, args.model.as_deref(), thinking)
-            .map_err(|e| e.to_string()),
+    let name = args.name.as_deref().map(str::trim);
+    let session = match &resume {
+        None => sessions.create(model.as_deref(), thinking, name),
+        Some(Target::Create(path)) => {
+            sessions.create_in(model.as_deref(), thinking, name, Some(path))
+        }
+        Some(Target::Open(path)) => sessions.open_file_for_run(path, model.as_deref(), thinking),
         // Pi 1.6's print mode says where it is and asks to fork it; nobody can answer here,
         // so it ends as Pi's "no" does: nothing run or written, exit code 0.
         Some(Target::Elsewhere(cwd)) => {
             eprintln!("Session found in different project: {cwd}");
-            eprintln!("pi-lsp: not run: Pi asks whether to fork it into this folder, and `pi-lsp run` cannot ask; run in that folder, or give the session file's path to --session");
+            eprintln!("pi-lsp: not run: Pi asks whether to fork it into this folder, and `pi-lsp run` cannot ask; run in that folder, give the session file's path to --session, or fork it with --fork");
             return 0;
         }
     };
     let session = match session {
         Ok(s) => s,
+        // A `--model` no provider configures: Pi 1.6's words and exit code.
+        Err(pi_core::harness::sessions::Error::Model(_)) if model.is_some() => {
+            eprintln!(
+                "{}",
+                model_not_found(args.model.as_deref().unwrap_or_default())
+            );
+            if let Some(d) = &scratch {
+                let _ = std::fs::remove_dir_all(d);
+            }
+            return 1;
+        }
         Err(e) => {
             eprintln!("pi-lsp: {e}");
             if let Some(d) = &scratch {
@@ -832,19 +1107,30 @@ pub async fn run(args: RunArgs) -> i32 {
             return 2;
         }
     };
+    // Pi 1.6 names a resumed session too (`appendSessionInfo` after opening it).
+    if let (Some(n), Some(Target::Open(_))) = (name, &resume) {
+        if let Err(e) = session.set_name(n) {
+            eprintln!("pi-lsp: {e}");
+            return 2;
+        }
+    }
     if let Some(level) = thinking {
         if let Err(e) = session.set_thinking_level(level) {
             eprintln!("pi-lsp: {e}");
             return 2;
         }
     }
+    let Some(prompt) = prompt else {
+        // No prompt on a resumed session: Pi 1.6's print mode prints its last answer.
+        return print_last_answer(&session, json);
+    };
     let code = run_session(
         &sessions,
         &session,
         (&prompt, attached.images, further),
         (&failed_save, &later_prompts, &left_out),
         args.plan,
-        args.json,
+        json,
         scratch.is_none(),
     )
     .await;
@@ -863,6 +1149,96 @@ pub async fn run(args: RunArgs) -> i32 {
         let _ = std::fs::remove_dir_all(d);
     }
     code
+}
+
+/// Pi 1.6's `--fork <path|id>` (`createSessionManager`, `SessionManager.forkFrom`): the
+/// session `arg` names (a path, else an id or its start, this folder's then any project's in
+/// Pi's sessions folder) copied into the sessions folder as a new session whose header's
+/// `parentSession` names it: the entries of its current branch, lines as stored. Pi's words
+/// when nothing matches or the file cannot be read.
+fn fork_target(
+    sessions: &Sessions,
+    ws: &WorkspaceConfig,
+    workspace: &std::path::Path,
+    arg: &str,
+) -> Result<Option<Target>, String> {
+    let source = match resume_path(sessions, workspace, &Resume::Session(arg.to_string())) {
+        Ok(Some(Target::Open(p))) => p,
+        Ok(Some(Target::Create(p))) => {
+            return Err(format!(
+                "Error: Cannot fork: source session file is empty or invalid: {}",
+                p.display()
+            ))
+        }
+        Ok(Some(Target::Elsewhere(_))) => {
+            let root = pi_ai::models::agent_dir()
+                .map(|a| a.join("sessions"))
+                .unwrap_or_default();
+            pi_core::session::find_in_all_projects(&root, arg)
+                .map(|s| s.path)
+                .ok_or_else(|| not_found(arg))?
+        }
+        Ok(None) => return Err(not_found(arg)),
+        Err(e) => return Err(e),
+    };
+    let (tree, _) = pi_core::session::read_tree(&source, false).map_err(|e| {
+        format!(
+            "Error: Cannot fork: source session file is empty or invalid: {}: {e}",
+            source.display()
+        )
+    })?;
+    let (images, _) = pi_core::session::ImageOptions::from_settings(&ws.settings().merged);
+    let dir = pi_core::harness::setup::sessions_dir(ws);
+    pi_core::session::SessionWriter::write_fork(&source, &tree, &dir, None, images)
+        .map(|p| Some(Target::Open(p)))
+        .map_err(|e| format!("Error: {e}"))
+}
+
+/// Pi 1.6's print mode with no prompt (`runPrintMode`): nothing is sent; in text mode the
+/// context's last message, when it is an answer, is printed as after a run (its text blocks on
+/// stdout, exit code 0; an error or abort's message on stderr, a cut answer's "truncated" line,
+/// exit code 1); otherwise nothing. With `json` the header alone was printed: exit code 0.
+#[allow(clippy::print_stderr, clippy::print_stdout)]
+fn print_last_answer(session: &AgentSession, json: bool) -> i32 {
+    if json {
+        if let Ok((tree, _)) = session.tree() {
+            println!("{}", tree.header);
+        }
+        return 0;
+    }
+    let messages = session.messages();
+    let Some(Message::Assistant(a)) = messages.last() else {
+        return 0;
+    };
+    match a.stop_reason {
+        StopReason::Error | StopReason::Aborted => {
+            let what = if a.stop_reason == StopReason::Error {
+                "error"
+            } else {
+                "aborted"
+            };
+            eprintln!(
+                "{}",
+                a.error_message
+                    .clone()
+                    .filter(|e| !e.is_empty())
+                    .unwrap_or_else(|| format!("Request {what}"))
+            );
+            1
+        }
+        _ => {
+            for b in &a.content {
+                if let pi_ai::ContentBlock::Text(t) = b {
+                    println!("{}", t.text);
+                }
+            }
+            if a.stop_reason == StopReason::Length {
+                eprintln!("{TRUNCATED}");
+                return 1;
+            }
+            0
+        }
+    }
 }
 
 /// Runs `prompt` in `session` to its end, then each of `further` the same way (Pi 1.6's print
@@ -1002,6 +1378,57 @@ mod retry_line_tests {
         assert_eq!(
             retry_line("summary request failed: ", "500: boom", 2, 3, 4_300),
             "pi-lsp: summary request failed: 500: boom; retrying (2/3) in 4.3 s"
+        );
+    }
+}
+
+#[cfg(test)]
+mod list_models_tests {
+    use super::{fuzzy_matches, model_table, token_count};
+
+    /// Pi 1.6's `formatTokenCount`.
+    #[test]
+    fn token_counts_are_pi_s() {
+        let shown: Vec<String> = [950, 4096, 128_000, 1_000_000, 1_048_576]
+            .into_iter()
+            .map(token_count)
+            .collect();
+        assert_eq!(shown, ["950", "4.1K", "128K", "1M", "1.0M"]);
+    }
+
+    /// Every word in order, case ignored; `/` splits words as white space does.
+    #[test]
+    fn search_words_match_in_order() {
+        assert!(fuzzy_matches("ant", "mockant mock-ant-1"));
+        assert!(fuzzy_matches("Mock/ANT", "mockant mock-ant-1"));
+        assert!(!fuzzy_matches("ant", "mock mock-1"));
+        assert!(!fuzzy_matches("1k", "mock mock-1"));
+    }
+
+    /// Only models with a key, sorted by provider then id, columns two spaces apart; none:
+    /// Pi's line.
+    #[test]
+    fn the_table_is_pi_s() {
+        let model = |p: &str, id: &str, key: bool| pi_ai::Model {
+            api_key: key.then(|| "k".to_string()),
+            context_window: 200_000,
+            max_tokens: 8192,
+            reasoning: id.starts_with('r'),
+            input: vec!["text".into(), "image".into()],
+            ..pi_ai::Model::new(pi_ai::models::SCRIPTED_API, p, id, "")
+        };
+        let models = [
+            model("b", "r1", true),
+            model("a", "x", true),
+            model("c", "y", false),
+        ];
+        assert_eq!(
+            model_table(&models, None),
+            "provider  model  context  max-out  thinking  images\na         x      200K     8.2K     no        yes   \nb         r1     200K     8.2K     yes       yes   \n"
+        );
+        assert_eq!(
+            model_table(&models, Some("zz")),
+            "No models matching \"zz\"\n"
         );
     }
 }

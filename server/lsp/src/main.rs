@@ -26,6 +26,8 @@ struct Cli {
     stdio: bool,
 }
 
+// `run`'s many flags make its variant large; the enum is made once, at start.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Serve LSP on stdin/stdout (the default).
@@ -41,6 +43,47 @@ enum Command {
         /// Print every agent event as one JSON line.
         #[arg(long)]
         json: bool,
+        /// Pi's `-p/--print`: accepted and changes nothing (`run` is Pi's print mode).
+        #[arg(short = 'p', long = "print")]
+        print: bool,
+        /// Pi's `--mode text|json|rpc`: `json` is `--json`, `text` the default; `rpc` is
+        /// refused (`pi-lsp` serves LSP, `pi-lsp acp` the Agent Client Protocol).
+        #[arg(long, value_name = "MODE")]
+        mode: Option<String>,
+        /// Provider of `--model` (Pi's `--provider <name>`): `--provider P --model M` is
+        /// `--model P/M`; it requires `--model`.
+        #[arg(long, value_name = "NAME")]
+        provider: Option<String>,
+        /// Continue the session of the workspace folder with exactly this id (Pi's
+        /// `--session-id <id>`); `run` cannot start a new session with an id of your choosing.
+        #[arg(long, value_name = "ID")]
+        session_id: Option<String>,
+        /// The sessions folder for this run, where new sessions are kept and `-c` / `--session`
+        /// look (Pi's `--session-dir <dir>`; relative: to the workspace folder).
+        #[arg(long, value_name = "DIR")]
+        session_dir: Option<String>,
+        /// Name the session (Pi's `-n/--name <name>`: a `session_info` entry).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// List the available models (those with a key) as Pi's `--list-models [search]`
+        /// does, optionally only those matching every word of SEARCH, and exit.
+        #[arg(long, value_name = "SEARCH", num_args = 0..=1)]
+        list_models: Option<Option<String>>,
+        /// Pi's `--api-key <key>`: refused (put the key in models.json or the provider's
+        /// environment variable).
+        #[arg(long, value_name = "KEY")]
+        api_key: Option<String>,
+        /// Fork a session (a file's path, or a session id or the start of one) into the
+        /// workspace's sessions folder and continue the fork (Pi's `--fork <path|id>`).
+        #[arg(long, value_name = "PATH|ID")]
+        fork: Option<String>,
+        /// Pi's `--offline`: accepted and changes nothing (`run` makes no startup network
+        /// calls).
+        #[arg(long)]
+        offline: bool,
+        /// Pi's `--verbose`: accepted and changes nothing (print mode has no startup output).
+        #[arg(long)]
+        verbose: bool,
         /// Trust the project folder, as Pi's `-a/--approve` does: load its project
         /// configuration (.pi/settings.json, .pi/models.json, prompt templates, skills,
         /// SYSTEM.md, APPEND_SYSTEM.md). `--trust` is the older name.
@@ -188,10 +231,13 @@ fn acp_workers(cores: impl FnOnce() -> Option<usize>) -> usize {
 
 /// Pi's multi-letter short flags of `run` (`dist/cli/args.js`), which clap cannot declare (a
 /// short flag is one letter), and the long flag each stands for.
-const PI_SHORT_FLAGS: [(&str, &str); 3] = [
+const PI_SHORT_FLAGS: [(&str, &str); 4] = [
     ("-nbt", "--no-builtin-tools"),
     ("-nt", "--no-tools"),
     ("-na", "--no-approve"),
+    // Pi's `-n <name>`: a clap short flag `-n` would take Pi's other `-n…` flags (`-nc`,
+    // `-ns`) as `-n c`, a name.
+    ("-n", "--name"),
 ];
 
 /// `argv` with Pi's multi-letter short flags ([`PI_SHORT_FLAGS`]) of the `run` subcommand
@@ -236,7 +282,8 @@ fn rewrite_pi_short_flags(argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsStri
         let long = (!value_next)
             .then(|| PI_SHORT_FLAGS.iter().find(|(short, _)| *short == text))
             .flatten();
-        value_next = !value_next && takes_value.iter().any(|o| o == text);
+        let flag = long.map_or(text, |(_, l)| *l);
+        value_next = !value_next && takes_value.iter().any(|o| o == flag);
         out.push(long.map_or(a, |(_, long)| (*long).into()));
     }
     out.extend(args);
@@ -289,6 +336,17 @@ fn main() -> anyhow::Result<()> {
             workspace,
             model,
             json,
+            print: _,
+            mode,
+            provider,
+            session_id,
+            session_dir,
+            name,
+            list_models,
+            api_key,
+            fork,
+            offline: _,
+            verbose: _,
             approve,
             no_approve,
             approve_all,
@@ -318,6 +376,14 @@ fn main() -> anyhow::Result<()> {
                 workspace,
                 model,
                 json,
+                mode,
+                provider,
+                session_id,
+                session_dir,
+                name,
+                list_models,
+                api_key,
+                fork,
                 trust: match (approve, no_approve) {
                     (true, _) => Some(true),
                     (_, true) => Some(false),
@@ -442,6 +508,11 @@ mod tests {
         assert_eq!(
             rewrite(&["pi-lsp", "acp", "-nbt"]),
             ["pi-lsp", "acp", "-nbt"]
+        );
+        // Pi's `-n <name>`: its value is a value (`-nt` as a name stays `-nt`).
+        assert_eq!(
+            rewrite(&["pi-lsp", "run", "-n", "-nt", "-nt", "hi"]),
+            ["pi-lsp", "run", "--name", "-nt", "--no-tools", "hi"]
         );
         // The rewritten line parses: `-nbt` is `--no-builtin-tools`.
         let cli = <super::Cli as clap::Parser>::try_parse_from(rewrite(&[

@@ -373,11 +373,13 @@ impl Sessions {
             }
             Err(e) => return Err(Error::Session(e)),
         };
+        // Said once, by the product (`show_message`): each notice already holds the repair's
+        // warnings; the log keeps them at debug level only.
         for w in &loaded.warnings {
-            tracing::warn!("{w}");
+            tracing::debug!("{w}");
         }
         for msg in notices {
-            tracing::warn!("{msg}");
+            tracing::debug!("{msg}");
             self.setup.show_message(MessageLevel::Warning, msg);
         }
         let recorded = loaded.thinking_level.is_some();
