@@ -1,0 +1,164 @@
+//! Images as Pi 1.6.0 (`$PI16_REF_BIN`) sends them, compared whole: the same workspace,
+//! settings and models.json run once by Pi (`pi -p`) and once here (`pi-lsp run`) on the
+//! loopback model. Settings `images.blockImages` (Pi 1.6's `convertToLlm` wrapper in
+//! `core/sdk.js`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use pi_e2e::headless::pi_bare_command;
+use pi_e2e::lsp_client::agent_env;
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::{pi16_bin, pi16_package, pi_lsp_bin, TempDir};
+use serde_json::{json, Value};
+
+/// The loopback model's models.json with its chat-completions model taking images.
+fn image_models(mock: &MockModel) -> Value {
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"][0]["input"] = json!(["text", "image"]);
+    models
+}
+
+/// One workspace `ws` (holding `files`) and agent dir (`models`, `settings`) run by Pi 1.6.0
+/// (`pi -p --no-session ARGS`, tools read, bash, edit, write) and by pi-lsp (`pi-lsp run
+/// --no-session ARGS`, the same tools), the loopback model answering each side with `steps`:
+/// the request bodies (Pi's, ours).
+#[allow(clippy::too_many_arguments)]
+async fn both(
+    pi: &Path,
+    name: &str,
+    models: impl Fn(&MockModel) -> Value,
+    settings: Value,
+    files: &[(&str, Vec<u8>)],
+    steps: &[Step],
+    args: &[&str],
+) -> (Vec<Value>, Vec<Value>) {
+    let tmp = TempDir::new(name);
+    let root = tmp.path();
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    for (file, bytes) in files {
+        std::fs::write(ws.join(file), bytes).unwrap();
+    }
+    let script: Vec<Step> = steps.iter().chain(steps).cloned().collect();
+    let mock = MockModel::start(script).await;
+    let agent = root.join("agent");
+    let package = pi16_package(pi).display().to_string();
+    let env = agent_env(&agent, &models(&mock), &[("PI_PACKAGE_DIR", &package)]);
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let tools = ["--tools", "read,bash,edit,write"];
+    let mut cmd = pi_bare_command(pi, &ws, &agent, root);
+    cmd.args(["-p", "--no-session"]).args(tools).args(args);
+    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = mock.requests().len();
+    let mut cmd = std::process::Command::new(pi_lsp_bin());
+    cmd.arg("run").arg("--workspace").arg(&ws);
+    cmd.arg("--no-session")
+        .args(tools)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent: Vec<Value> = mock.requests().into_iter().map(|r| r.body).collect();
+    (sent[..theirs].to_vec(), sent[theirs..].to_vec())
+}
+
+/// A chat-completions body's conversation: its messages without the system / developer one.
+fn conversation(body: &Value) -> Vec<Value> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system" && m["role"] != "developer")
+        .cloned()
+        .collect()
+}
+
+/// A PNG of `w`×`h` pixels of one colour (the outside check's test image).
+fn solid_png(w: u32, h: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_pixel(w, h, image::Rgb([200, 30, 30]));
+    let mut out = Vec::new();
+    image::DynamicImage::ImageRgb8(img)
+        .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
+        .unwrap();
+    out
+}
+
+/// The workspace path as both sides write it in a prompt's `@file` text.
+fn ws_of(body: &Value) -> Option<PathBuf> {
+    let text = body["messages"]
+        .as_array()?
+        .iter()
+        .find(|m| m["role"] == "user")?["content"]
+        .as_array()?
+        .iter()
+        .find_map(|p| p["text"].as_str())?
+        .to_string();
+    let at = text.find("<file name=\"")? + "<file name=\"".len();
+    let end = text[at..].find('"')?;
+    Some(PathBuf::from(&text[at..at + end]).parent()?.to_path_buf())
+}
+
+/// Settings `images.blockImages: true`: an `@pic.png` prompt and a `read` of pic.png send
+/// `Image reading is disabled.` where the image was, as Pi 1.6.0 sends them to a model that
+/// takes images (its `convertToLlm` wrapper): the prompt's user message and the tool result
+/// are the same as Pi's, whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_images_sends_the_note_for_prompts_and_read_results() {
+    let Some(pi) = pi16_bin("block_images_sends_the_note_for_prompts_and_read_results") else {
+        return;
+    };
+    let settings = json!({"images": {"blockImages": true}});
+    let files = [("pic.png", solid_png(8, 8))];
+    let (theirs, ours) = both(
+        &pi,
+        "pi16img-block-atfile",
+        image_models,
+        settings.clone(),
+        &files,
+        &[Step::text("ok")],
+        &["--model", "mock/mock-1", "@pic.png", "what"],
+    )
+    .await;
+    assert_eq!((theirs.len(), ours.len()), (1, 1));
+    let (theirs, ours) = (conversation(&theirs[0]), conversation(&ours[0]));
+    assert_eq!(ours, theirs);
+    let ws = ws_of(&json!({ "messages": ours })).unwrap();
+    assert_eq!(
+        ours,
+        [json!({"role": "user", "content": [
+            {"type": "text", "text": format!("<file name=\"{}\"></file>\nwhat", ws.join("pic.png").display())},
+            {"type": "text", "text": "Image reading is disabled."}]})]
+    );
+    let steps = [
+        Step::call("call_1", "read", json!({"path": "pic.png"})),
+        Step::text("ok"),
+    ];
+    let (theirs, ours) = both(
+        &pi,
+        "pi16img-block-read",
+        image_models,
+        settings,
+        &files,
+        &steps,
+        &["--model", "mock/mock-1", "read pic.png"],
+    )
+    .await;
+    assert_eq!((theirs.len(), ours.len()), (2, 2));
+    let (theirs, ours) = (conversation(&theirs[1]), conversation(&ours[1]));
+    assert_eq!(ours, theirs);
+    assert_eq!(
+        ours[2..],
+        [json!({"role": "tool", "tool_call_id": "call_1",
+            "content": "Read image file [image/png]\nImage reading is disabled."})]
+    );
+}
