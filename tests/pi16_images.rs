@@ -1,7 +1,8 @@
-//! Images as Pi 1.6.0 (`$PI16_REF_BIN`) sends them, compared whole: the same workspace,
-//! settings and models.json run once by Pi (`pi -p`) and once here (`pi-lsp run`) on the
-//! loopback model. Settings `images.blockImages` (Pi 1.6's `convertToLlm` wrapper in
-//! `core/sdk.js`).
+//! Images and the model choice as Pi 1.6.0 (`$PI16_REF_BIN`) makes them, compared whole: the
+//! same workspace, settings and models.json run once by Pi (`pi -p`, or Pi in RPC mode) and
+//! once here (`pi-lsp run`, or the LSP server) on the loopback model. Settings
+//! `images.blockImages` (Pi 1.6's `convertToLlm` wrapper in `core/sdk.js`), settings
+//! `enabledModels` (`core/model-resolver.js`, `AgentSession.cycleModel`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -161,4 +162,120 @@ async fn block_images_sends_the_note_for_prompts_and_read_results() {
         [json!({"role": "tool", "tool_call_id": "call_1",
             "content": "Read image file [image/png]\nImage reading is disabled."})]
     );
+}
+
+/// The loopback model's models.json with a second chat-completions model, `mock-think`
+/// (reasoning), and the Anthropic one.
+fn three_models(mock: &MockModel) -> Value {
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "mock-think", "reasoning": true, "contextWindow": 128000, "maxTokens": 4096}));
+    models
+}
+
+/// Settings `enabledModels` scope the model cycle as Pi 1.6.0's `cycle_model` (RPC) scopes
+/// it: a new session starts at the first pattern's model, cycling goes through the patterns'
+/// models only (mock/mock-1 is left out), a `:high` suffix gives its model that level and the
+/// others keep the session's; `agent/model/cycle` gives the same models and levels, forward
+/// and back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enabled_models_scope_the_cycle_as_pi() {
+    let Some(pi) = pi16_bin("enabled_models_scope_the_cycle_as_pi") else {
+        return;
+    };
+    let tmp = TempDir::new("pi16img-scope-cycle");
+    let root = tmp.path();
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![]).await;
+    let agent = root.join("agent");
+    let env = agent_env(&agent, &three_models(&mock), &[]);
+    std::fs::write(
+        agent.join("settings.json"),
+        json!({"enabledModels": ["mockant/mock-ant-1", "mock-think:high"],
+               "defaultThinkingLevel": "low"})
+        .to_string(),
+    )
+    .unwrap();
+    let step = |model: &Value, level: &Value| {
+        format!(
+            "{}/{} {}",
+            model["provider"].as_str().unwrap(),
+            model["id"].as_str().unwrap(),
+            level.as_str().unwrap()
+        )
+    };
+    let mut p = pi_e2e::pi_rpc::PiRpc::spawn(pi_bare_command(&pi, &ws, &agent, root));
+    let state = p.request(json!({"type": "get_state"}));
+    let mut theirs = vec![step(&state["model"], &state["thinkingLevel"])];
+    for _ in 0..3 {
+        let c = p.request(json!({"type": "cycle_model"}));
+        theirs.push(step(&c["model"], &c["thinkingLevel"]));
+    }
+    p.close();
+    let mut c = pi_e2e::lsp_client::LspClient::start(
+        &pi_lsp_bin(),
+        &ws,
+        &env,
+        pi_e2e::lsp_client::EditorBehavior::default(),
+    )
+    .await;
+    let s = c.request("agent/session/new", json!({})).await.unwrap();
+    let sid = s["sessionId"].as_str().unwrap().to_string();
+    let mut ours = vec![step(&s["model"], &s["thinkingLevel"])];
+    for _ in 0..3 {
+        let r = c
+            .request("agent/model/cycle", json!({"sessionId": sid}))
+            .await
+            .unwrap();
+        ours.push(step(&r["model"], &r["thinkingLevel"]));
+    }
+    assert_eq!(ours, theirs);
+    assert_eq!(
+        ours,
+        [
+            "mockant/mock-ant-1 off",
+            "mock/mock-think high",
+            "mockant/mock-ant-1 off",
+            "mock/mock-think high",
+        ]
+    );
+    let back = c
+        .request(
+            "agent/model/cycle",
+            json!({"sessionId": sid, "direction": "backward"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        step(&back["model"], &back["thinkingLevel"]),
+        "mockant/mock-ant-1 off"
+    );
+    assert!(c.shutdown().await.success());
+}
+
+/// A run nobody chose a model for starts at the first model of settings' `enabledModels`, as
+/// Pi 1.6.0's print mode does (no default model set: not the first usable model, the chat
+/// completions one): both ask the Anthropic model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enabled_models_choose_the_startup_model_as_pi() {
+    let Some(pi) = pi16_bin("enabled_models_choose_the_startup_model_as_pi") else {
+        return;
+    };
+    let (theirs, ours) = both(
+        &pi,
+        "pi16img-scope-start",
+        three_models,
+        json!({"enabledModels": ["mockant/*"]}),
+        &[],
+        &[Step::text("ok")],
+        &["hi"],
+    )
+    .await;
+    let model =
+        |bodies: &[Value]| -> Vec<Value> { bodies.iter().map(|b| b["model"].clone()).collect() };
+    assert_eq!(model(&ours), model(&theirs));
+    assert_eq!(model(&ours), [json!("mock-ant-1")]);
 }
