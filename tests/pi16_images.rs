@@ -1,8 +1,9 @@
 //! Images and the model choice as Pi 1.6.0 (`$PI16_REF_BIN`) makes them, compared whole: the
 //! same workspace, settings and models.json run once by Pi (`pi -p`, or Pi in RPC mode) and
 //! once here (`pi-lsp run`, or the LSP server) on the loopback model. Settings
-//! `images.blockImages` (Pi 1.6's `convertToLlm` wrapper in `core/sdk.js`), settings
-//! `enabledModels` (`core/model-resolver.js`, `AgentSession.cycleModel`).
+//! `images.blockImages` (Pi 1.6's `convertToLlm` wrapper in `core/sdk.js`), the resized
+//! image's format (`utils/image-resize-core.js`), settings `enabledModels`
+//! (`core/model-resolver.js`, `AgentSession.cycleModel`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -278,4 +279,110 @@ async fn enabled_models_choose_the_startup_model_as_pi() {
         |bodies: &[Value]| -> Vec<Value> { bodies.iter().map(|b| b["model"].clone()).collect() };
     assert_eq!(model(&ours), model(&theirs));
     assert_eq!(model(&ours), [json!("mock-ant-1")]);
+}
+
+/// `conversation` with each image part's data URL replaced by what it holds: `MIME WxH`
+/// (the pixels decoded), the bytes themselves differing by encoder.
+fn images_described(messages: Vec<Value>) -> Vec<Value> {
+    use base64::Engine as _;
+    let mut messages = messages;
+    for m in &mut messages {
+        let Some(parts) = m["content"].as_array_mut() else {
+            continue;
+        };
+        for p in parts {
+            let Some(url) = p["image_url"]["url"].as_str() else {
+                continue;
+            };
+            let (head, data) = url.split_once(";base64,").unwrap();
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .unwrap();
+            let img = image::load_from_memory(&bytes).unwrap();
+            p["image_url"]["url"] = json!(format!(
+                "{} {}x{}",
+                head.trim_start_matches("data:"),
+                img.width(),
+                img.height()
+            ));
+        }
+    }
+    messages
+}
+
+/// A 20×3000 PNG of one colour (the outside check's) is fitted to 13×2000 and sent as JPEG,
+/// the smaller of PNG and JPEG, as Pi 1.6.0's `resizeImage` sends it, from an `@file` prompt and
+/// from `read`: the same messages as Pi's, the images' type and size decoded; a 3000×20 one
+/// stays PNG on both sides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resized_image_is_sent_in_the_smaller_format_as_pi() {
+    let Some(pi) = pi16_bin("a_resized_image_is_sent_in_the_smaller_format_as_pi") else {
+        return;
+    };
+    let note = |w: u32, h: u32, sw: u32, sh: u32| {
+        format!(
+            "[Image: original {w}x{h}, displayed at {sw}x{sh}. Multiply coordinates by {:.2} to map to original image.]",
+            f64::from(w) / f64::from(sw)
+        )
+    };
+    for (w, h, sent) in [
+        (20, 3000, "image/jpeg 13x2000"),
+        (3000, 20, "image/png 2000x13"),
+    ] {
+        let files = [("big.png", solid_png(w, h))];
+        let (theirs, ours) = both(
+            &pi,
+            "pi16img-resize-atfile",
+            image_models,
+            json!({}),
+            &files,
+            &[Step::text("ok")],
+            &["--model", "mock/mock-1", "@big.png", "what"],
+        )
+        .await;
+        let (theirs, ours) = (
+            images_described(conversation(&theirs[0])),
+            images_described(conversation(&ours[0])),
+        );
+        assert_eq!(ours, theirs, "{w}x{h} @file");
+        let ws = ws_of(&json!({ "messages": ours })).unwrap();
+        let (sw, sh) = if w > h { (2000, 13) } else { (13, 2000) };
+        assert_eq!(
+            ours,
+            [json!({"role": "user", "content": [
+                {"type": "text", "text": format!("<file name=\"{}\"></file>\nwhat\n\n{}",
+                    ws.join("big.png").display(), note(w, h, sw, sh))},
+                {"type": "image_url", "image_url": {"url": sent}}]})]
+        );
+        let steps = [
+            Step::call("call_1", "read", json!({"path": "big.png"})),
+            Step::text("ok"),
+        ];
+        let (theirs, ours) = both(
+            &pi,
+            "pi16img-resize-read",
+            image_models,
+            json!({}),
+            &files,
+            &steps,
+            &["--model", "mock/mock-1", "read big.png"],
+        )
+        .await;
+        let (theirs, ours) = (
+            images_described(conversation(&theirs[1])),
+            images_described(conversation(&ours[1])),
+        );
+        assert_eq!(ours, theirs, "{w}x{h} read");
+        let mime = sent.split(' ').next().unwrap();
+        assert_eq!(
+            ours[2..],
+            [
+                json!({"role": "tool", "tool_call_id": "call_1",
+                    "content": format!("Read image file [{mime}]\n{}", note(w, h, sw, sh))}),
+                json!({"role": "user", "content": [
+                    {"type": "text", "text": "Attached image(s) from tool result:"},
+                    {"type": "image_url", "image_url": {"url": sent}}]})
+            ]
+        );
+    }
 }

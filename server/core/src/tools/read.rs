@@ -4,9 +4,11 @@
 //! Images are recognised by content (PNG, JPEG, GIF, WebP signatures; any file name), as Pi
 //! 0.73.1 does, and resized like Pi's `resizeImage` (`utils/image-resize.js`): an image within
 //! 2000×2000 pixels whose base64 is under 4.5 MB is sent as it is; otherwise it is turned
-//! upright (EXIF orientation), scaled to fit 2000×2000 (Lanczos3), and encoded as PNG, then
-//! JPEG at quality 80, 85, 70, 55, 40, taking the first whose base64 is under 4.5 MB; while none
-//! is, the size shrinks to 75 % per step. The text block then carries Pi's dimension note; an
+//! upright (EXIF orientation), scaled to fit 2000×2000 (Lanczos3), and encoded as PNG and as
+//! JPEG at quality 80: the smaller of the two is sent when its base64 is under 4.5 MB, else the
+//! other, else JPEG at quality 85, 70, 55, 40, the first under 4.5 MB (Pi 1.6's
+//! `image-resize-core.js`; its encoders are photon's, so the sizes compared differ from Pi's
+//! by a few bytes); while none fits, the size shrinks to 75 % per step. The text block then carries Pi's dimension note; an
 //! image that cannot be made small enough, or not decoded, is omitted with Pi's note.
 //! When the model that made the call does not take images (its `input` lacks `image`), the text
 //! block carries Pi's note saying so ([`NON_VISION_IMAGE_NOTE`]); the image block stays in the
@@ -582,19 +584,36 @@ pub(crate) fn fit_image(bytes: &[u8], mime: &str) -> Option<SentImage> {
             resized: true,
         };
         let mut png = Vec::new();
-        if resized
+        let png = resized
             .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
             .is_ok()
-            && base64_len(png.len()) < IMAGE_MAX_BASE64
-        {
-            return Some(found(b64(&png), "image/png"));
-        }
+            .then_some(png);
         let rgb = image::DynamicImage::ImageRgb8(resized.to_rgb8());
-        for q in JPEG_QUALITIES {
+        let jpeg = |q: u8| {
             let mut jpeg = Vec::new();
             let enc = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, q);
-            if rgb.write_with_encoder(enc).is_ok() && base64_len(jpeg.len()) < IMAGE_MAX_BASE64 {
-                return Some(found(b64(&jpeg), "image/jpeg"));
+            rgb.write_with_encoder(enc).is_ok().then_some(jpeg)
+        };
+        let first_jpeg = jpeg(JPEG_QUALITIES[0]);
+        // Pi 1.6: the smaller of PNG and JPEG at the first quality first (by base64 length,
+        // PNG on a tie), then the other, then JPEG at the lower qualities.
+        let jpeg_smaller = match (&png, &first_jpeg) {
+            (Some(p), Some(j)) => base64_len(j.len()) < base64_len(p.len()),
+            _ => false,
+        };
+        let preferred = if jpeg_smaller {
+            [(first_jpeg, "image/jpeg"), (png, "image/png")]
+        } else {
+            [(png, "image/png"), (first_jpeg, "image/jpeg")]
+        };
+        for (bytes, mime) in preferred {
+            if let Some(b) = bytes.filter(|b| base64_len(b.len()) < IMAGE_MAX_BASE64) {
+                return Some(found(b64(&b), mime));
+            }
+        }
+        for q in &JPEG_QUALITIES[1..] {
+            if let Some(b) = jpeg(*q).filter(|b| base64_len(b.len()) < IMAGE_MAX_BASE64) {
+                return Some(found(b64(&b), "image/jpeg"));
             }
         }
         if cw == 1 && ch == 1 {
@@ -1136,6 +1155,35 @@ mod tests {
                 "[Image omitted: could not be converted to a supported inline image format.]"
                     .into()
             )
+        );
+    }
+
+    /// Pi 1.6's `resizeImage` sends a fitted image as the smaller of PNG and JPEG at quality
+    /// 80: a 20×3000 strip of one colour as a 13×2000 JPEG, a 3000×20 one as a 2000×13 PNG (Pi
+    /// 1.6.0 on the same images: a JPEG of 1,504 bytes, a PNG of 640).
+    #[test]
+    fn a_fitted_image_takes_the_smaller_format() {
+        let solid = |w: u32, h: u32| {
+            let img = image::RgbImage::from_pixel(w, h, image::Rgb([200, 30, 30]));
+            let mut out = Vec::new();
+            image::DynamicImage::ImageRgb8(img)
+                .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
+                .unwrap();
+            out
+        };
+        let fitted: Vec<(String, (u32, u32))> = [(20, 3000), (3000, 20)]
+            .into_iter()
+            .map(|(w, h)| {
+                let f = fit_image(&solid(w, h), "image/png").unwrap();
+                (f.mime, size_of(&f.data))
+            })
+            .collect();
+        assert_eq!(
+            fitted,
+            [
+                ("image/jpeg".to_string(), (13, 2000)),
+                ("image/png".to_string(), (2000, 13))
+            ]
         );
     }
 
