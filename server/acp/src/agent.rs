@@ -1347,25 +1347,12 @@ fn first_prompt(s: &AgentSession) -> Option<String> {
     })
 }
 
-/// Switches `s` to the next usable model (Pi's model cycling: the offline demo is left out);
-/// false when there is no other.
+/// Switches `s` to the next model (Pi 1.6's `cycleModel`: settings' `enabledModels` when they
+/// name any, else every usable model; the offline demo never); false when there is no other.
 fn cycle_model(s: &AgentSession) -> Result<bool, RpcError> {
-    let demo = pi_core::harness::scripted_model().full_id();
-    let models: Vec<Model> = Registry::load_files(&s.workspace().models_files())
-        .usable_models()
-        .filter(|m| m.full_id() != demo)
-        .collect();
-    if models.len() < 2 {
-        return Ok(false);
-    }
-    let now = s.model().full_id();
-    let next = models
-        .iter()
-        .position(|m| m.full_id() == now)
-        .map_or(0, |i| (i + 1) % models.len());
-    s.set_model(models[next].clone())
-        .map_err(|e| RpcError::internal(e.to_string()))?;
-    Ok(true)
+    s.cycle_model(false)
+        .map(|cycled| cycled.is_some())
+        .map_err(|e| RpcError::internal(e.to_string()))
 }
 
 /// The session's modes (ACP `SessionModeState`): the approval policies `ask` (edits and

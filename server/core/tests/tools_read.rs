@@ -167,13 +167,14 @@ async fn jpeg_is_turned_upright_before_it_is_scaled() {
     )
     .unwrap();
     let (text, image) = parts(&read(&dir, "photo.jpg").await);
-    // Upright it is 1200×2400, scaled to 1000×2000; the gradient PNG is small enough.
+    // Upright it is 1200×2400, scaled to 1000×2000; sent as the smaller of PNG and JPEG at
+    // quality 80 (Pi 1.6's `resizeImage`): the gradient's JPEG.
     assert_eq!(
         text,
-        "Read image file [image/png]\n[Image: original 1200x2400, displayed at 1000x2000. Multiply coordinates by 1.20 to map to original image.]"
+        "Read image file [image/jpeg]\n[Image: original 1200x2400, displayed at 1000x2000. Multiply coordinates by 1.20 to map to original image.]"
     );
     let (bytes, mime) = image.unwrap();
-    assert_eq!(mime, "image/png");
+    assert_eq!(mime, "image/jpeg");
     assert_eq!(dims(&bytes), (1000, 2000));
 }
 

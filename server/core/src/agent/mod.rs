@@ -775,7 +775,14 @@ pub struct AgentConfig {
     /// The conversation's system messages for a model that takes them mid-conversation;
     /// `None`: `system_prompt` leads every request alone.
     pub system_messages: Option<Arc<dyn SystemMessages>>,
+    /// Settings' `images.blockImages`: every request sends [`IMAGE_BLOCKED_TEXT`] in each
+    /// image's place (the run's messages keep their images); `false`: images as they are.
+    pub block_images: bool,
 }
+
+/// The text Pi 1.6 sends in an image's place when settings' `images.blockImages` is on (the
+/// `convertToLlm` wrapper of its `createAgentSession`, `core/sdk.js`).
+pub const IMAGE_BLOCKED_TEXT: &str = "Image reading is disabled.";
 
 /// Text of the aborted result of a change-making call (`edit`, `write`) stopped while its
 /// change was with the editor ([`LateResults`]).
@@ -846,6 +853,7 @@ impl AgentConfig {
             late_results: None,
             dynamic_tools: None,
             system_messages: None,
+            block_images: false,
         }
     }
 }

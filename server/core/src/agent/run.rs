@@ -19,6 +19,7 @@ use super::{
     MIN_OUTPUT_TOKENS, OPERATION_ABORTED_TEXT, UNFINISHED_ARGUMENTS_TEXT,
 };
 
+mod blocked_images;
 mod length_recovery;
 
 pub use length_recovery::{is_recoverable_length, TRUNCATED_RECOVERY_FAILED};
@@ -569,6 +570,14 @@ impl Run<'_> {
         // What the request cache may take as the previous request's without comparing: none
         // when system messages were placed between the run's own.
         let history_kept = if later_system { 0 } else { self.seen.sent };
+        // Settings' `images.blockImages` (Pi 1.6's `convertToLlm` wrapper): the request sends
+        // a note in each image's place, the same for every request of the run; the run's
+        // messages get their images back once the request is built.
+        let blocked = if self.cfg.block_images {
+            blocked_images::block(&mut self.messages)
+        } else {
+            Vec::new()
+        };
         // The request is built synchronously from the context, so the system prompt, messages
         // and tool specs are lent to it and taken back instead of copied for every request.
         let context = Context {
@@ -600,6 +609,7 @@ impl Run<'_> {
         };
         self.cfg.system_prompt = kept_prompt.unwrap_or(context.system_prompt);
         self.messages = context.messages;
+        blocked_images::restore(&mut self.messages, blocked);
         if later_system {
             self.messages.retain(|m| !matches!(m, Message::System(_)));
             self.history_changed();

@@ -157,6 +157,18 @@ impl Settings {
             .and_then(Value::as_bool)
             .unwrap_or(true)
     }
+
+    /// `images.blockImages` (Pi 1.6: "Prevent images from being sent to models", default
+    /// `false`): every image of a user message or tool result goes to the model as the text
+    /// [`crate::agent::IMAGE_BLOCKED_TEXT`] instead (Pi 1.6's `convertToLlm` wrapper in
+    /// `core/sdk.js`); the session keeps the images.
+    pub fn block_images(&self) -> bool {
+        self.merged
+            .get("images")
+            .and_then(|i| i.get("blockImages"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
 }
 
 impl Default for Settings {

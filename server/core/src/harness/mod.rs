@@ -21,6 +21,7 @@ pub mod queue;
 pub mod recorder;
 pub mod resume;
 pub mod rewind;
+pub mod scope;
 pub mod sessions;
 pub mod setup;
 mod state;
@@ -755,12 +756,31 @@ impl AgentSession {
         expand_prompt(&self.ws, text)
     }
 
-    /// Makes `model` the session's model (keeping its thinking level, clamped): writes a
-    /// `model_change` (and a `thinking_level_change` when the level changed) and configures
-    /// later runs. On a write error nothing changes.
-    pub fn set_model(&self, mut model: Model) -> Result<(), SessionError> {
+    /// Makes `model` the session's model at Pi 1.6's level for a switch (settings'
+    /// `modelThinkingLevels` for it, else `defaultThinkingLevel`, else the session's level;
+    /// clamped): writes a `model_change` (and a `thinking_level_change` when the level
+    /// changed) and configures later runs. On a write error nothing changes.
+    pub fn set_model(&self, model: Model) -> Result<(), SessionError> {
+        self.set_model_at(model, None)
+    }
+
+    /// [`AgentSession::set_model`] at Pi 1.6's level for a model switch
+    /// (`_getThinkingLevelForModelSwitch`): `explicit` (a scope pattern's `:level`), else
+    /// settings' `modelThinkingLevels` for the model, else `defaultThinkingLevel`, else the
+    /// session's level; clamped to the model.
+    fn set_model_at(
+        &self,
+        mut model: Model,
+        explicit: Option<ThinkingLevel>,
+    ) -> Result<(), SessionError> {
         let before = self.live.lock().model.thinking_level;
-        if let Some(level) = before {
+        let settings = self.ws.settings();
+        let level = explicit
+            .or_else(|| setup::model_thinking_level(&settings, &model))
+            .or(settings.default_thinking_level)
+            .or(before)
+            .or(model.thinking_level);
+        if let Some(level) = level {
             model.thinking_level = Some(model.clamp_thinking_level(level));
         }
         {
@@ -778,6 +798,39 @@ impl AgentSession {
         self.live.lock().model = model;
         self.install_config();
         Ok(())
+    }
+
+    /// Pi 1.6's `cycleModel`: the session switches to the model after its own (`backward`:
+    /// before it) among settings' `enabledModels` when they name any ([`scope`]), else among
+    /// every usable model, at Pi's level for a switch (the pattern's `:level` first); the
+    /// session's model not among them goes to the first (backward: the last). Returns whether
+    /// the scope was used, `None` (nothing changed) when there is no other model to go to.
+    pub fn cycle_model(&self, backward: bool) -> Result<Option<bool>, SessionError> {
+        let scope = scope::workspace_scope(&self.ws).filter(|s| !s.models.is_empty());
+        let scoped = scope.is_some();
+        let candidates: Vec<(Model, Option<ThinkingLevel>)> = match scope {
+            Some(s) => s
+                .models
+                .into_iter()
+                .map(|m| (m.model, m.thinking_level))
+                .collect(),
+            None => scope::usable_models(&self.ws)
+                .into_iter()
+                .map(|m| (m, None))
+                .collect(),
+        };
+        let current = self.model();
+        let at = candidates
+            .iter()
+            .position(|(m, _)| m.provider == current.provider && m.id == current.id);
+        let Some(next) = scope::next_cycle_index(at, candidates.len(), backward) else {
+            return Ok(None);
+        };
+        let Some((model, level)) = candidates.into_iter().nth(next) else {
+            return Ok(None);
+        };
+        self.set_model_at(model, level)?;
+        Ok(Some(scoped))
     }
 
     /// Makes the model `provider/id` of the workspace the session's model (see

@@ -269,8 +269,32 @@ impl Sessions {
         at: Option<&Path>,
     ) -> Result<Arc<AgentSession>, Error> {
         self.refuse_if_going_away()?;
-        let (mut model, notice) = choose_model(&self.ws, model, self.default_model.as_deref())
-            .map_err(|e| Error::Model(e.to_string()))?;
+        // Pi 1.6 (`buildSessionOptions`): a new session nobody chose a model for starts in
+        // settings' `enabledModels` scope, at its pattern's level when it gives one.
+        let scope = match (model, &self.default_model) {
+            (None, None) => super::scope::workspace_scope(&self.ws),
+            _ => None,
+        };
+        for w in scope.iter().flat_map(|s| &s.warnings) {
+            self.setup.show_message(MessageLevel::Warning, w.clone());
+        }
+        let settings = self.ws.settings();
+        let scoped = scope
+            .as_ref()
+            .and_then(|s| super::scope::startup_choice(s, &settings));
+        let (mut model, notice) = match scoped {
+            Some(chosen) => {
+                let id = chosen.model.full_id();
+                let (mut m, notice) = choose_model(&self.ws, Some(id.as_str()), None)
+                    .map_err(|e| Error::Model(e.to_string()))?;
+                if let Some(level) = chosen.thinking_level {
+                    m.thinking_level = Some(m.clamp_thinking_level(level));
+                }
+                (m, notice)
+            }
+            None => choose_model(&self.ws, model, self.default_model.as_deref())
+                .map_err(|e| Error::Model(e.to_string()))?,
+        };
         if let Some(n) = notice {
             self.setup.show_message(MessageLevel::Info, n.to_string());
         }

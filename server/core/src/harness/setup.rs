@@ -497,6 +497,7 @@ pub fn agent_config_with(
     cfg.prompt_sections = Some(sections.into());
     cfg.retry = settings.retry.to_retry_settings();
     cfg.approval = gate;
+    cfg.block_images = settings.block_images();
     cfg
 }
 

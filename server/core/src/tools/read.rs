@@ -4,9 +4,11 @@
 //! Images are recognised by content (PNG, JPEG, GIF, WebP signatures; any file name), as Pi
 //! 0.73.1 does, and resized like Pi's `resizeImage` (`utils/image-resize.js`): an image within
 //! 2000×2000 pixels whose base64 is under 4.5 MB is sent as it is; otherwise it is turned
-//! upright (EXIF orientation), scaled to fit 2000×2000 (Lanczos3), and encoded as PNG, then
-//! JPEG at quality 80, 85, 70, 55, 40, taking the first whose base64 is under 4.5 MB; while none
-//! is, the size shrinks to 75 % per step. The text block then carries Pi's dimension note; an
+//! upright (EXIF orientation), scaled to fit 2000×2000 (Lanczos3), and encoded as PNG and as
+//! JPEG at quality 80: the smaller of the two is sent when its base64 is under 4.5 MB, else the
+//! other, else JPEG at quality 85, 70, 55, 40, the first under 4.5 MB (Pi 1.6's
+//! `image-resize-core.js`; its encoders are photon's, so the sizes compared differ from Pi's
+//! by a few bytes); while none fits, the size shrinks to 75 % per step. The text block then carries Pi's dimension note; an
 //! image that cannot be made small enough, or not decoded, is omitted with Pi's note.
 //! When the model that made the call does not take images (its `input` lacks `image`), the text
 //! block carries Pi's note saying so ([`NON_VISION_IMAGE_NOTE`]); the image block stays in the
@@ -506,27 +508,51 @@ const IMAGE_MAX_SIDE: u32 = 2000;
 const IMAGE_MAX_BASE64: usize = 4_718_592; // 4.5 * 1024 * 1024
 const JPEG_QUALITIES: [u8; 5] = [80, 85, 70, 55, 40];
 
-/// An image ready to send: base64 data, its MIME type, and the original and sent sizes.
+/// An image ready to send: base64 data, its MIME type, and how it was fitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SentImage {
     pub data: String,
     pub mime: String,
+    /// `Some` when it was re-encoded (Pi's `wasResized`, also when the size stayed and only
+    /// the bytes shrank); `None`: its own bytes, within the limits or not fitted at all
+    /// (`images.autoResize` off).
+    pub resized: Option<Resized>,
+}
+
+/// The sizes of a re-encoded image, in pixels (width, height): its own (upright) and sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Resized {
     pub original: (u32, u32),
     pub sent: (u32, u32),
-    /// Re-encoded (Pi's `wasResized`, also when the size stayed and only the bytes shrank).
-    pub resized: bool,
+}
+
+/// Why [`fit_image`] gives no image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unfit {
+    /// Its header does not decode: not an image of a type read here.
+    Unreadable,
+    /// Its pixels do not decode, or no size and encoding gets it under the limits.
+    NotFitted,
 }
 
 impl SentImage {
+    /// `bytes` of type `mime` sent as they are.
+    fn as_is(bytes: &[u8], mime: &str) -> SentImage {
+        use base64::Engine as _;
+        SentImage {
+            data: base64::engine::general_purpose::STANDARD.encode(bytes),
+            mime: mime.to_string(),
+            resized: None,
+        }
+    }
+
     /// Pi's `formatDimensionNote`, for resized images only.
     pub(crate) fn dimension_note(&self) -> Option<String> {
-        if !self.resized {
-            return None;
-        }
-        let scale = f64::from(self.original.0) / f64::from(self.sent.0);
+        let Resized { original, sent } = self.resized?;
+        let scale = f64::from(original.0) / f64::from(sent.0);
         Some(format!(
             "[Image: original {}x{}, displayed at {}x{}. Multiply coordinates by {scale:.2} to map to original image.]",
-            self.original.0, self.original.1, self.sent.0, self.sent.1
+            original.0, original.1, sent.0, sent.1
         ))
     }
 }
@@ -535,31 +561,26 @@ fn base64_len(n: usize) -> usize {
     n.div_ceil(3) * 4
 }
 
-/// Pi's `resizeImage` with its default options (see module docs); `None` when the image cannot
-/// be decoded or made small enough. CPU-bound: call it on a blocking thread.
-pub(crate) fn fit_image(bytes: &[u8], mime: &str) -> Option<SentImage> {
+/// Pi's `resizeImage` with its default options (see module docs); [`Unfit`] when the image
+/// cannot be decoded or made small enough. Its header is decoded once. CPU-bound: call it on
+/// a blocking thread.
+pub(crate) fn fit_image(bytes: &[u8], mime: &str) -> Result<SentImage, Unfit> {
     use base64::Engine as _;
     use image::ImageDecoder as _;
     let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
     let mut decoder = image::ImageReader::new(std::io::Cursor::new(bytes))
         .with_guessed_format()
-        .ok()?
-        .into_decoder()
-        .ok()?;
+        .ok()
+        .and_then(|r| r.into_decoder().ok())
+        .ok_or(Unfit::Unreadable)?;
     let orientation = decoder.orientation().ok();
-    let mut img = image::DynamicImage::from_decoder(decoder).ok()?;
+    let mut img = image::DynamicImage::from_decoder(decoder).map_err(|_| Unfit::NotFitted)?;
     if let Some(o) = orientation {
         img.apply_orientation(o);
     }
     let (w, h) = (img.width(), img.height());
     if w <= IMAGE_MAX_SIDE && h <= IMAGE_MAX_SIDE && base64_len(bytes.len()) < IMAGE_MAX_BASE64 {
-        return Some(SentImage {
-            data: b64(bytes),
-            mime: mime.to_string(),
-            original: (w, h),
-            sent: (w, h),
-            resized: false,
-        });
+        return Ok(SentImage::as_is(bytes, mime));
     }
     // Pi's rounding: Math.round on the scaled side.
     let (mut tw, mut th) = (w, h);
@@ -577,33 +598,51 @@ pub(crate) fn fit_image(bytes: &[u8], mime: &str) -> Option<SentImage> {
         let found = |data: String, mime: &str| SentImage {
             data,
             mime: mime.to_string(),
-            original: (w, h),
-            sent: (cw, ch),
-            resized: true,
+            resized: Some(Resized {
+                original: (w, h),
+                sent: (cw, ch),
+            }),
         };
         let mut png = Vec::new();
-        if resized
+        let png = resized
             .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
             .is_ok()
-            && base64_len(png.len()) < IMAGE_MAX_BASE64
-        {
-            return Some(found(b64(&png), "image/png"));
-        }
+            .then_some(png);
         let rgb = image::DynamicImage::ImageRgb8(resized.to_rgb8());
-        for q in JPEG_QUALITIES {
+        let jpeg = |q: u8| {
             let mut jpeg = Vec::new();
             let enc = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, q);
-            if rgb.write_with_encoder(enc).is_ok() && base64_len(jpeg.len()) < IMAGE_MAX_BASE64 {
-                return Some(found(b64(&jpeg), "image/jpeg"));
+            rgb.write_with_encoder(enc).is_ok().then_some(jpeg)
+        };
+        let first_jpeg = jpeg(JPEG_QUALITIES[0]);
+        // Pi 1.6: the smaller of PNG and JPEG at the first quality first (by base64 length,
+        // PNG on a tie), then the other, then JPEG at the lower qualities.
+        let jpeg_smaller = match (&png, &first_jpeg) {
+            (Some(p), Some(j)) => base64_len(j.len()) < base64_len(p.len()),
+            _ => false,
+        };
+        let preferred = if jpeg_smaller {
+            [(first_jpeg, "image/jpeg"), (png, "image/png")]
+        } else {
+            [(png, "image/png"), (first_jpeg, "image/jpeg")]
+        };
+        for (bytes, mime) in preferred {
+            if let Some(b) = bytes.filter(|b| base64_len(b.len()) < IMAGE_MAX_BASE64) {
+                return Ok(found(b64(&b), mime));
+            }
+        }
+        for q in &JPEG_QUALITIES[1..] {
+            if let Some(b) = jpeg(*q).filter(|b| base64_len(b.len()) < IMAGE_MAX_BASE64) {
+                return Ok(found(b64(&b), "image/jpeg"));
             }
         }
         if cw == 1 && ch == 1 {
-            return None;
+            return Err(Unfit::NotFitted);
         }
         let nw = if cw == 1 { 1 } else { (cw * 3 / 4).max(1) };
         let nh = if ch == 1 { 1 } else { (ch * 3 / 4).max(1) };
         if (nw, nh) == (cw, ch) {
-            return None;
+            return Err(Unfit::NotFitted);
         }
         (cw, ch) = (nw, nh);
     }
@@ -688,26 +727,26 @@ pub(crate) fn process_prompt_image(
             hints,
         ));
     }
-    // An image whose header does not decode is sent as it came (Pi 1.6 leaves it out with
-    // its "could not be resized" note; a provider that refuses it is handled as every image
-    // refusal is, case 18.12): a deliberate difference, in the changelog.
-    let readable = image::ImageReader::new(std::io::Cursor::new(&bytes))
-        .with_guessed_format()
-        .ok()
-        .and_then(|r| r.into_dimensions().ok())
-        .is_some();
-    if !readable && supported.is_some() {
-        return Ok((
-            ImageContent {
-                data: data.into(),
-                mime_type: mime.to_string(),
-            },
-            hints,
-        ));
-    }
-    let fitted = fit_image(&bytes, mime).ok_or_else(|| {
-        "[Image omitted: could not be resized below the inline image size limit.]".to_string()
-    })?;
+    let fitted = match fit_image(&bytes, mime) {
+        Ok(fitted) => fitted,
+        // An image whose header does not decode is sent as it came (Pi 1.6 leaves it out with
+        // its "could not be resized" note; a provider that refuses it is handled as every
+        // image refusal is, case 18.12): a deliberate difference, in the changelog.
+        Err(Unfit::Unreadable) if supported.is_some() => {
+            return Ok((
+                ImageContent {
+                    data: data.into(),
+                    mime_type: mime.to_string(),
+                },
+                hints,
+            ))
+        }
+        Err(_) => {
+            return Err(
+                "[Image omitted: could not be resized below the inline image size limit.]".into(),
+            )
+        }
+    };
     if supported.is_none() && fitted.mime != base {
         hints.push(format!("[Image converted from {base} to {}.]", fitted.mime));
     }
@@ -750,16 +789,10 @@ async fn image_blocks(
     let converted = mime == "image/bmp";
     let fit = move |b: &[u8], m: &str| {
         if auto_resize {
-            return fit_image(b, m);
+            fit_image(b, m).ok()
+        } else {
+            Some(SentImage::as_is(b, m))
         }
-        use base64::Engine as _;
-        Some(SentImage {
-            data: base64::engine::general_purpose::STANDARD.encode(b),
-            mime: m.to_string(),
-            original: (0, 0),
-            sent: (0, 0),
-            resized: false,
-        })
     };
     let fitted = tokio::task::spawn_blocking(move || {
         if !converted {
@@ -945,6 +978,29 @@ fn with_structured(mut o: ToolOutput) -> ToolOutput {
 }
 
 impl ReadTool {
+    /// The result of reading the image `bytes` (of the sniffed type `mime`): its blocks
+    /// ([`image_blocks`]), fitted unless `images.autoResize` is off, with Pi's note for a model
+    /// that does not take images.
+    async fn image_output(
+        &self,
+        ctx: &ToolContext,
+        bytes: Vec<u8>,
+        mime: &'static str,
+    ) -> ToolOutput {
+        ToolOutput {
+            terminate: false,
+            content: image_blocks(
+                bytes,
+                mime,
+                non_vision_note(ctx.model_input.as_deref()),
+                !self.state.images_unresized,
+            )
+            .await,
+            details: None,
+            ..Default::default()
+        }
+    }
+
     /// The `read` tool's result without its structured content.
     async fn read(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("read", args)?;
@@ -971,18 +1027,7 @@ impl ReadTool {
         };
         match small {
             Some(Small::Image(bytes, mime)) => {
-                return Ok(ToolOutput {
-                    terminate: false,
-                    content: image_blocks(
-                        bytes,
-                        mime,
-                        non_vision_note(ctx.model_input.as_deref()),
-                        !self.state.images_unresized,
-                    )
-                    .await,
-                    details: None,
-                    ..Default::default()
-                });
+                return Ok(self.image_output(&ctx, bytes, mime).await)
             }
             Some(Small::Text(decoded)) => {
                 let (mut text, details) =
@@ -1012,18 +1057,7 @@ impl ReadTool {
                 .read_bytes(&path)
                 .await
                 .map_err(|e| ToolError::new(e.to_string()))?;
-            return Ok(ToolOutput {
-                terminate: false,
-                content: image_blocks(
-                    bytes,
-                    mime,
-                    non_vision_note(ctx.model_input.as_deref()),
-                    !self.state.images_unresized,
-                )
-                .await,
-                details: None,
-                ..Default::default()
-            });
+            return Ok(self.image_output(&ctx, bytes, mime).await);
         }
         // A large file on disk (no editor buffer over it) is read in a stream: memory stays
         // bounded whatever its size (issue 19 item 5).
@@ -1136,6 +1170,75 @@ mod tests {
                 "[Image omitted: could not be converted to a supported inline image format.]"
                     .into()
             )
+        );
+    }
+
+    /// Pi 1.6's `resizeImage` sends a fitted image as the smaller of PNG and JPEG at quality
+    /// 80: a 20×3000 strip of one colour as a 13×2000 JPEG, a 3000×20 one as a 2000×13 PNG (Pi
+    /// 1.6.0 on the same images: a JPEG of 1,504 bytes, a PNG of 640).
+    #[test]
+    fn a_fitted_image_takes_the_smaller_format() {
+        let solid = |w: u32, h: u32| {
+            let img = image::RgbImage::from_pixel(w, h, image::Rgb([200, 30, 30]));
+            let mut out = Vec::new();
+            image::DynamicImage::ImageRgb8(img)
+                .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
+                .unwrap();
+            out
+        };
+        let fitted: Vec<(String, (u32, u32))> = [(20, 3000), (3000, 20)]
+            .into_iter()
+            .map(|(w, h)| {
+                let f = fit_image(&solid(w, h), "image/png").unwrap();
+                (f.mime, size_of(&f.data))
+            })
+            .collect();
+        assert_eq!(
+            fitted,
+            [
+                ("image/jpeg".to_string(), (13, 2000)),
+                ("image/png".to_string(), (2000, 13))
+            ]
+        );
+    }
+
+    /// What [`fit_image`] says it did: an image within the limits is its own bytes (no sizes,
+    /// no note), a fitted one carries its sizes and Pi's note, bytes that are no image are
+    /// unreadable.
+    #[test]
+    fn fit_image_says_what_it_did() {
+        use base64::Engine as _;
+        let png = |w: u32, h: u32| {
+            let mut out = Vec::new();
+            image::DynamicImage::ImageRgb8(image::RgbImage::new(w, h))
+                .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
+                .unwrap();
+            out
+        };
+        let small = png(4, 3);
+        assert_eq!(
+            fit_image(&small, "image/png"),
+            Ok(SentImage {
+                data: base64::engine::general_purpose::STANDARD.encode(&small),
+                mime: "image/png".into(),
+                resized: None,
+            })
+        );
+        let fitted = fit_image(&png(4000, 10), "image/png").unwrap();
+        assert_eq!(
+            fitted.resized,
+            Some(Resized {
+                original: (4000, 10),
+                sent: (2000, 5)
+            })
+        );
+        assert_eq!(
+            fitted.dimension_note().as_deref(),
+            Some("[Image: original 4000x10, displayed at 2000x5. Multiply coordinates by 2.00 to map to original image.]")
+        );
+        assert_eq!(
+            fit_image(b"not an image", "image/png"),
+            Err(Unfit::Unreadable)
         );
     }
 

@@ -41,33 +41,16 @@ pub(crate) async fn model_set(cx: Ctx, p: ModelSetParams) -> Result<ModelSetResu
     Ok(model_set_result(&session.model()))
 }
 
-/// `agent/model/cycle {sessionId, direction?}` → the next usable model, or `null` when
-/// there is no other.
+/// `agent/model/cycle {sessionId, direction?}` → the next model (Pi 1.6's `cycleModel`:
+/// among settings' `enabledModels` when they name any, else every usable model; the offline
+/// demo never), or `null` when there is no other.
 pub(crate) async fn model_cycle(cx: Ctx, p: ModelCycleParams) -> Result<Option<ModelSetResult>> {
     let session = cx.session(&p.session_id).await?;
-    // As Pi's `cycleModel`: among the models that can really be used. The offline demo
-    // is listed for `agent/model/set`, but cycling from the user's one model onto it
-    // would swap their model for canned answers.
-    let demo = pi_core::harness::scripted_model().full_id();
-    let models: Vec<Model> = available_models(&cx.workspace())
-        .into_iter()
-        .filter(|m| m.full_id() != demo)
-        .collect();
-    if models.len() < 2 {
-        return Ok(None);
-    }
-    let current = session.model().full_id();
-    let at = models.iter().position(|m| m.full_id() == current);
-    let n = models.len();
-    let next = match (at, p.direction) {
-        (Some(i), Direction::Forward) => (i + 1) % n,
-        (Some(i), Direction::Backward) => (i + n - 1) % n,
-        (None, _) => 0,
-    };
-    session
-        .set_model(models[next].clone())
+    let backward = matches!(p.direction, Direction::Backward);
+    let cycled = session
+        .cycle_model(backward)
         .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-    Ok(Some(model_set_result(&session.model())))
+    Ok(cycled.map(|_| model_set_result(&session.model())))
 }
 
 /// `agent/thinking/set {sessionId, level}` → the level in effect (clamped to the model).
