@@ -3,7 +3,10 @@
 //! once here (`pi-lsp run --session`) on the loopback model, and the conversation part of the
 //! two requests (Anthropic's `messages`, chat completions' `messages` and Responses' `input`
 //! without the system prompt, which differs by design: the tool set) asserted equal and
-//! whole. Pi 1.6's pi-ai `convertMessages` of each provider is the rule.
+//! whole. Pi 1.6's pi-ai `convertMessages` of each provider is the rule. Also: models.json
+//! `compat` flags per wire (the whole body but system prompt and tool texts, [`shape`]),
+//! adaptive thinking by the flag, and the answers stored after an abort (during the
+//! compaction before a prompt, while thinking) against Pi 1.6.0 in RPC mode.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::OsStr;
@@ -76,16 +79,35 @@ fn conversation(body: &Value) -> Value {
 /// none) with `next` at `model` (`provider/id` of the loopback model's `models.json`, with a
 /// third provider `mockresp`, openai-responses): (Pi's, ours).
 async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Value, Value) {
+    let models = |mock: &MockModel| {
+        let mut models = mock.models_json();
+        models["providers"]["mockresp"] = json!({
+            "baseUrl": mock.openai_base(), "api": "openai-responses", "apiKey": "test-key",
+            "models": [{"id": "mock-resp-1", "contextWindow": 128000, "maxTokens": 4096}]
+        });
+        models
+    };
+    let (theirs, ours) = continued_bodies(pi, name, &models, model, entries, &[]).await;
+    (conversation(&theirs), conversation(&ours))
+}
+
+/// The whole first request body Pi 1.6.0 and pi-lsp each send when they continue a file of
+/// `entries` with `next` at `model`, the agent dir's models.json `models(mock)`, and `args`
+/// given to both before the prompt: (Pi's, ours).
+async fn continued_bodies(
+    pi: &Path,
+    name: &str,
+    models: &dyn Fn(&MockModel) -> Value,
+    model: &str,
+    entries: &[Value],
+    args: &[&str],
+) -> (Value, Value) {
     let tmp = TempDir::new(name);
     let root = tmp.path();
     let ws = root.join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![Step::text("done"), Step::text("done")]).await;
-    let mut models = mock.models_json();
-    models["providers"]["mockresp"] = json!({
-        "baseUrl": mock.openai_base(), "api": "openai-responses", "apiKey": "test-key",
-        "models": [{"id": "mock-resp-1", "contextWindow": 128000, "maxTokens": 4096}]
-    });
+    let models = models(&mock);
     let agent = root.join("agent");
     let package = pi16_package(pi).display().to_string();
     let env = agent_env(&agent, &models, &[("PI_PACKAGE_DIR", &package)]);
@@ -103,6 +125,7 @@ async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Va
     let mut cmd = pi_bare_command(pi, &ws, &agent, root);
     cmd.args(["-p", "--provider", provider, "--model", id, "--session"])
         .arg(&theirs)
+        .args(args)
         .arg("next");
     let out = tokio::task::block_in_place(|| cmd.output().unwrap());
     assert!(
@@ -116,7 +139,9 @@ async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Va
         .arg(&ws)
         .arg("--session")
         .arg(&ours);
-    cmd.args(["--model", model, "next"])
+    cmd.args(["--model", model])
+        .args(args)
+        .arg("next")
         .envs(env.iter().map(|(k, v)| (k, v)));
     let out = tokio::task::block_in_place(|| cmd.output().unwrap());
     assert!(
@@ -126,7 +151,7 @@ async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Va
     );
     let sent = mock.requests();
     assert_eq!(sent.len(), 2, "one request each");
-    (conversation(&sent[0].body), conversation(&sent[1].body))
+    (sent[0].body.clone(), sent[1].body.clone())
 }
 
 /// Consecutive user-role messages of `turns` (a request's `messages` as [`conversation`] gives
@@ -472,4 +497,317 @@ async fn a_users_command_keeps_pis_plain_tail() {
     // Our spill file is whole when the answer comes (Pi ends its stream without waiting).
     let full = std::fs::read_to_string(ours["fullOutputPath"].as_str().unwrap()).unwrap();
     assert_eq!(full.len(), 13893);
+}
+
+/// A request body with what differs by design put aside: its conversation as
+/// [`conversation`] gives it (no system prompt), and of its tools only each one's name and
+/// `cache_control` mark (`toolMarks`; the descriptions differ).
+fn shape(body: &Value) -> Value {
+    let mut b = body.clone();
+    let o = b.as_object_mut().unwrap();
+    let marks = o.remove("tools").map(|tools| {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let name = t.get("name").unwrap_or(&t["function"]["name"]).clone();
+                json!([name, t.get("cache_control")])
+            })
+            .collect::<Value>()
+    });
+    for k in ["messages", "input", "system", "instructions"] {
+        o.remove(k);
+    }
+    o.insert("conversation".into(), conversation(body));
+    if let Some(marks) = marks {
+        o.insert("toolMarks".into(), marks);
+    }
+    b
+}
+
+/// A crafted conversation on `model` (`provider/id`, wire `api`): a thinking answer with a
+/// tool call (its thinking signed `thinking`), the call's result, a thinking answer with
+/// text, a user message and an answer.
+fn thinking_round(model: &str, api: &str, thinking: Value) -> Vec<Value> {
+    let call =
+        json!({"type": "toolCall", "id": "call_1", "name": "bash", "arguments": {"command": "ls"}});
+    vec![
+        entry("u1", "", user("first")),
+        entry(
+            "a1",
+            "u1",
+            assistant(model, api, json!([thinking, call]), "toolUse"),
+        ),
+        entry("r1", "a1", result("call_1", "a.txt\n")),
+        entry(
+            "a2",
+            "r1",
+            assistant(
+                model,
+                api,
+                json!([thinking, {"type": "text", "text": "done"}]),
+                "stop",
+            ),
+        ),
+        entry("u2", "a2", user("second")),
+        entry(
+            "a3",
+            "u2",
+            assistant(model, api, json!([{"type": "text", "text": "ok"}]), "stop"),
+        ),
+    ]
+}
+
+/// One models.json `compat` set continued by Pi 1.6.0 and pi-lsp at thinking `high` (tools
+/// read, bash, edit, write): a provider `c` of wire `api` at the loopback model with one
+/// reasoning model `m1` (4,096 output tokens, `extra` keys beside its `compat`); the shaped
+/// bodies ([`shape`]), asserted equal, and ours returned.
+async fn compat_case(pi: &Path, name: &str, api: &str, compat: Value, extra: Value) -> Value {
+    let thinking = match api {
+        "openai-completions" => {
+            json!({"type": "thinking", "thinking": "hmm", "thinkingSignature": "reasoning_content"})
+        }
+        _ => json!({"type": "thinking", "thinking": "hmm"}),
+    };
+    let entries = thinking_round("c/m1", api, thinking);
+    let models = |mock: &MockModel| {
+        let base = if api == "anthropic-messages" {
+            mock.anthropic_base()
+        } else {
+            mock.openai_base()
+        };
+        let mut m = json!({"id": "m1", "reasoning": true, "contextWindow": 128000,
+            "maxTokens": 4096, "compat": compat});
+        for (k, v) in extra.as_object().unwrap() {
+            m[k] = v.clone();
+        }
+        json!({"providers": {"c": {"baseUrl": base, "api": api, "apiKey": "test-key",
+            "models": [m]}}})
+    };
+    let args = ["--thinking", "high", "--tools", "read,bash,edit,write"];
+    let (theirs, ours) = continued_bodies(pi, name, &models, "c/m1", &entries, &args).await;
+    let (theirs, ours) = (shape(&theirs), shape(&ours));
+    assert_eq!(ours, theirs, "{name}: {compat}");
+    ours
+}
+
+/// The keys `keys` of `body` (absent ones as `null`).
+fn pick(body: &Value, keys: &[&str]) -> Value {
+    keys.iter()
+        .map(|k| {
+            (
+                (*k).to_string(),
+                body.get(*k).cloned().unwrap_or(Value::Null),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// models.json `compat` flags of `openai-completions` shape the request as Pi 1.6's pi-ai
+/// `buildParams` / `convertMessages` does, each body whole (but the system prompt and tool
+/// texts) equal to Pi 1.6.0's: `requiresNonNullAssistantContent` (a tool-call-only answer's
+/// `content: ""`), every `thinkingFormat` (`zai`, `qwen`, `chat-template` with
+/// `chatTemplateKwargs` variables, `baseten`, `together`, `ant-ling`, `string-thinking`),
+/// `thinkingTokenBudgetField` (the level's budget capped to leave 1,024 of the 4,096),
+/// `vllmPriority`, `openRouterRouting`, `vercelGatewayRouting`, `zaiToolStream`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_completions_compat_flags_shape_the_body_as_pi() {
+    let Some(pi) = pi16_bin("chat_completions_compat_flags_shape_the_body_as_pi") else {
+        return;
+    };
+    let api = "openai-completions";
+    let case = |name: &'static str, compat: Value, extra: Value| {
+        let pi = pi.clone();
+        async move { compat_case(&pi, name, api, compat, extra).await }
+    };
+    let ours = case(
+        "compat-nonnull",
+        json!({"requiresNonNullAssistantContent": true}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        ours["conversation"][1],
+        json!({"role": "assistant", "content": "", "reasoning_content": "hmm",
+            "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}]})
+    );
+    let keys = [
+        "thinking",
+        "reasoning_effort",
+        "enable_thinking",
+        "chat_template_kwargs",
+        "chat_template_args",
+        "reasoning",
+        "thinking_budget",
+        "priority",
+        "provider",
+        "providerOptions",
+        "tool_stream",
+    ];
+    let want = |fields: Value| {
+        let mut all = pick(&json!({}), &keys);
+        for (k, v) in fields.as_object().unwrap() {
+            all[k] = v.clone();
+        }
+        all
+    };
+    let ours = case(
+        "compat-zai",
+        json!({"thinkingFormat": "zai", "zaiToolStream": true}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(
+            json!({"thinking": {"type": "enabled", "clear_thinking": false},
+            "reasoning_effort": "high", "tool_stream": true})
+        )
+    );
+    let ours = case("compat-qwen", json!({"thinkingFormat": "qwen"}), json!({})).await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(json!({"enable_thinking": true, "reasoning_effort": "high"}))
+    );
+    let kwargs = json!({"enable_thinking": {"$var": "thinking.enabled"},
+        "budget": {"$var": "thinking.budget"}, "level": {"$var": "thinking.effort"},
+        "off_only": {"$var": "thinking.effort", "omitWhenOff": true},
+        "literal": "$thinking.enabled"});
+    let ours = case(
+        "compat-chat-template",
+        json!({"thinkingFormat": "chat-template", "chatTemplateKwargs": kwargs,
+            "thinkingTokenBudgetField": "thinking_budget"}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(
+            json!({"chat_template_kwargs": {"enable_thinking": true, "budget": 3072,
+            "level": "high", "off_only": "high", "literal": "$thinking.enabled"},
+            "thinking_budget": 3072})
+        )
+    );
+    let ours = case(
+        "compat-baseten",
+        json!({"thinkingFormat": "baseten", "chatTemplateArgs": {"think": {"$var": "thinking.enabled"}}}),
+        json!({"thinkingLevelMap": {"high": "H"}}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(json!({"chat_template_args": {"think": true}, "reasoning_effort": "H"}))
+    );
+    let ours = case(
+        "compat-together",
+        json!({"thinkingFormat": "together", "vllmPriority": 5}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(json!({"reasoning": {"enabled": true}, "reasoning_effort": "high", "priority": 5}))
+    );
+    let ours = case(
+        "compat-ant-ling",
+        json!({"thinkingFormat": "ant-ling", "openRouterRouting": {"order": ["x"]},
+            "vercelGatewayRouting": {"only": ["a"], "order": ["b"], "models": ["c"]}}),
+        json!({"thinkingLevelMap": {"high": "H"}}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(
+            json!({"reasoning": {"effort": "H"}, "provider": {"order": ["x"]},
+            "providerOptions": {"gateway": {"only": ["a"], "order": ["b"]}}})
+        )
+    );
+    let ours = case(
+        "compat-string-thinking",
+        json!({"thinkingFormat": "string-thinking", "supportsThinkingTokenBudget": true}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(pick(&ours, &keys), want(json!({"thinking": "high"})));
+    assert_eq!(ours["thinking_token_budget"], json!(3072));
+}
+
+/// `anthropic-messages` compat: `supportsCacheControlOnTools: false` leaves the last tool
+/// without its mark, and `allowEmptySignature` replays unsigned thinking as a thinking block
+/// with `signature: ""` (not as text), both bodies equal to Pi 1.6.0's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_compat_flags_shape_the_body_as_pi() {
+    let Some(pi) = pi16_bin("anthropic_compat_flags_shape_the_body_as_pi") else {
+        return;
+    };
+    let ours = compat_case(
+        &pi,
+        "compat-anthropic",
+        "anthropic-messages",
+        json!({"supportsCacheControlOnTools": false, "allowEmptySignature": true}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        ours["toolMarks"],
+        json!([
+            ["read", null],
+            ["bash", null],
+            ["edit", null],
+            ["write", null]
+        ])
+    );
+    assert_eq!(
+        ours["conversation"][3],
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hmm", "signature": ""},
+            {"type": "text", "text": "done"}]})
+    );
+}
+
+/// `openai-responses` compat: `supportsMaxOutputTokens: false` sends no `max_output_tokens`;
+/// `supportsMidConvoEffort` ends the input with a `configuration_update` item carrying the
+/// level while `reasoning.effort` stays `medium`; both bodies equal to Pi 1.6.0's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_compat_flags_shape_the_body_as_pi() {
+    let Some(pi) = pi16_bin("responses_compat_flags_shape_the_body_as_pi") else {
+        return;
+    };
+    let api = "openai-responses";
+    let ours = compat_case(
+        &pi,
+        "compat-resp-maxout",
+        api,
+        json!({"supportsMaxOutputTokens": false}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &["max_output_tokens", "reasoning"]),
+        json!({"max_output_tokens": null, "reasoning": {"effort": "high", "summary": "auto"}})
+    );
+    let ours = compat_case(
+        &pi,
+        "compat-resp-effort",
+        api,
+        json!({"supportsMidConvoEffort": true}),
+        json!({}),
+    )
+    .await;
+    let conversation = ours["conversation"].as_array().unwrap();
+    assert_eq!(
+        (
+            conversation.last().unwrap(),
+            &ours["reasoning"],
+            &ours["max_output_tokens"]
+        ),
+        (
+            &json!({"type": "configuration_update", "reasoning": {"effort": "high"}}),
+            &json!({"effort": "medium", "summary": "auto"}),
+            &json!(4096)
+        )
+    );
 }

@@ -97,6 +97,8 @@ pub(crate) struct Shell<'a> {
     pub list: &'static str,
     /// A value that goes first in that array (the Responses system prompt).
     pub lead: Option<Value>,
+    /// A value that goes last in that array (the Responses `configuration_update` item).
+    pub trail: Option<Value>,
     /// The tool specs (empty: none) and what else shapes their value (compared with the
     /// previous request's before its bytes are reused).
     pub tools: &'a [ToolSpec],
@@ -245,9 +247,14 @@ pub(crate) fn request_bytes(
         }),
     };
     let lead = shell.lead.as_ref().map(serde_json::to_vec).transpose()?;
+    let trail = shell.trail.as_ref().map(serde_json::to_vec).transpose()?;
     let tool_bytes = tools.as_ref().map_or(&[][..], |t| &t.bytes[..]);
     let mut body = Vec::with_capacity(
-        shell_bytes.len() + p.bytes.len() + lead.as_ref().map_or(0, Vec::len) + tool_bytes.len(),
+        shell_bytes.len()
+            + p.bytes.len()
+            + lead.as_ref().map_or(0, Vec::len)
+            + trail.as_ref().map_or(0, |t| t.len() + 1)
+            + tool_bytes.len(),
     );
     body.extend_from_slice(&shell_bytes[..list_at]);
     if let Some(lead) = &lead {
@@ -257,6 +264,12 @@ pub(crate) fn request_bytes(
         }
     }
     body.extend_from_slice(&p.bytes);
+    if let Some(trail) = &trail {
+        if lead.is_some() || !p.bytes.is_empty() {
+            body.push(b',');
+        }
+        body.extend_from_slice(trail);
+    }
     match tools_at {
         Some(at) => {
             body.extend_from_slice(&shell_bytes[list_at..at]);
