@@ -811,3 +811,57 @@ async fn responses_compat_flags_shape_the_body_as_pi() {
         )
     );
 }
+
+/// A models.json Anthropic model named like one that thinks adaptively (`claude-opus-4-6`,
+/// `claude-sonnet-4-6`) but without `compat.forceAdaptiveThinking` thinks with a budget, as
+/// Pi 1.6.0's `streamSimple` decides by the flag alone: `thinking.type: enabled` with the
+/// level's budget and no `output_config`; with the flag, adaptive with the effort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_thinking_is_adaptive_by_the_flag_not_the_id() {
+    let Some(pi) = pi16_bin("anthropic_thinking_is_adaptive_by_the_flag_not_the_id") else {
+        return;
+    };
+    for (id, compat) in [
+        ("claude-opus-4-6", json!({})),
+        ("claude-sonnet-4-6", json!({})),
+        ("claude-opus-4-7", json!({"forceAdaptiveThinking": true})),
+    ] {
+        let model = format!("c/{id}");
+        let api = "anthropic-messages";
+        let entries = [
+            entry("u1", "", user("hi")),
+            entry(
+                "a1",
+                "u1",
+                assistant(
+                    &model,
+                    api,
+                    json!([{"type": "text", "text": "hello"}]),
+                    "stop",
+                ),
+            ),
+        ];
+        let models = |mock: &MockModel| {
+            json!({"providers": {"c": {"baseUrl": mock.anthropic_base(), "api": api,
+                "apiKey": "test-key", "models": [{"id": id, "reasoning": true,
+                "contextWindow": 200000, "maxTokens": 32000, "compat": compat}]}}})
+        };
+        let args = ["--thinking", "high", "--tools", "read,bash,edit,write"];
+        let (theirs, ours) =
+            continued_bodies(&pi, "pi16req-adaptive", &models, &model, &entries, &args).await;
+        let (theirs, ours) = (shape(&theirs), shape(&ours));
+        assert_eq!(ours, theirs, "{id}");
+        let want = if compat.get("forceAdaptiveThinking").is_some() {
+            json!({"max_tokens": 32000, "thinking": {"type": "adaptive", "display": "summarized"},
+                "output_config": {"effort": "high"}})
+        } else {
+            json!({"max_tokens": 32000, "output_config": null,
+                "thinking": {"type": "enabled", "budget_tokens": 16384, "display": "summarized"}})
+        };
+        assert_eq!(
+            pick(&ours, &["max_tokens", "thinking", "output_config"]),
+            want,
+            "{id}"
+        );
+    }
+}

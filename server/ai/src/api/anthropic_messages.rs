@@ -203,30 +203,12 @@ fn convert_from(
 /// The first system block Pi sends with an OAuth token.
 const OAUTH_IDENTITY: &str = "You are Claude Code, Anthropic's official CLI for Claude.";
 
-/// True for models with adaptive thinking (Pi's `supportsAdaptiveThinking`: Opus 4.6 / 4.7,
-/// Sonnet 4.6).
-fn adaptive_thinking(id: &str) -> bool {
-    [
-        "opus-4-6",
-        "opus-4.6",
-        "opus-4-7",
-        "opus-4.7",
-        "sonnet-4-6",
-        "sonnet-4.6",
-    ]
-    .iter()
-    .any(|k| id.contains(k))
-}
-
-/// Whether `model` thinks adaptively: Pi 1.6 decides by the model's
-/// `compat.forceAdaptiveThinking` (the catalogue sets it); a model without the flag
-/// (models.json) falls back on the id, as Pi 0.73.1 did.
+/// Whether `model` thinks adaptively: Pi 1.6's `compat.forceAdaptiveThinking === true`
+/// (`streamSimple` in pi-ai's `anthropic-messages.js`), set by the catalogue for the models
+/// that have it; a models.json model without the flag thinks with a budget, whatever its id
+/// (Pi 1.6.0 sends a custom `claude-opus-4-6` budget thinking).
 fn is_adaptive(model: &Model) -> bool {
-    model
-        .compat
-        .get("forceAdaptiveThinking")
-        .and_then(Value::as_bool)
-        .unwrap_or_else(|| adaptive_thinking(&model.id))
+    model.compat.get("forceAdaptiveThinking") == Some(&Value::Bool(true))
 }
 
 /// Whether a request for `model` asks for thinking: a reasoning model whose level, clamped
@@ -1018,7 +1000,14 @@ mod tests {
             build_request(&m, &ctx, &opts)["thinking"],
             json!({"type":"disabled"})
         );
+        // An adaptive model's id without the catalogue's flag thinks with a budget (Pi 1.6.0).
         m.id = "claude-opus-4-7".into();
+        m.thinking_level = Some(ThinkingLevel::High);
+        assert_eq!(
+            build_request(&m, &ctx, &opts)["thinking"],
+            json!({"type":"enabled","budget_tokens":16384,"display":"summarized"})
+        );
+        m.compat = json!({"forceAdaptiveThinking": true});
         m.thinking_level_map = Some(json!({"xhigh":"xhigh"}));
         m.thinking_level = Some(ThinkingLevel::Xhigh);
         let b = build_request(&m, &ctx, &opts);
