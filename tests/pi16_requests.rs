@@ -865,3 +865,49 @@ async fn anthropic_thinking_is_adaptive_by_the_flag_not_the_id() {
         );
     }
 }
+
+/// On `openai-responses` a stored user message of no content is left out without being
+/// counted: the text items after it are numbered as Pi 1.6's `convertResponsesMessages`
+/// numbers them (`msg_pi_1`, `msg_pi_2`, `msg_pi_4`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_item_ids_skip_an_empty_user_message() {
+    let Some(pi) = pi16_bin("responses_item_ids_skip_an_empty_user_message") else {
+        return;
+    };
+    let (m, api) = ("mockresp/mock-resp-1", "openai-responses");
+    let text = |t: &str| json!([{"type": "text", "text": t}]);
+    let entries = [
+        entry("u1", "", user("first")),
+        entry("a1", "u1", assistant(m, api, text("a0"), "stop")),
+        entry(
+            "u2",
+            "a1",
+            json!({"role": "user", "content": [], "timestamp": 1}),
+        ),
+        entry(
+            "a2",
+            "u2",
+            assistant(m, api, text("after empty list"), "stop"),
+        ),
+        entry("u3", "a2", user("q")),
+        entry("a3", "u3", assistant(m, api, text("a2"), "stop")),
+    ];
+    let (theirs, ours) = continued(&pi, "pi16req-resp-ids", m, &entries).await;
+    assert_eq!(ours, theirs);
+    let said = |t: &str, id: &str| {
+        json!({"type": "message", "role": "assistant", "status": "completed", "id": id,
+            "content": [{"type": "output_text", "text": t, "annotations": []}]})
+    };
+    let asked = |t: &str| json!({"role": "user", "content": [{"type": "input_text", "text": t}]});
+    assert_eq!(
+        ours,
+        json!([
+            asked("first"),
+            said("a0", "msg_pi_1"),
+            said("after empty list", "msg_pi_2"),
+            asked("q"),
+            said("a2", "msg_pi_4"),
+            asked("next")
+        ])
+    );
+}

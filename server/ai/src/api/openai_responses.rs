@@ -67,9 +67,38 @@ pub fn convert_messages(model: &Model, messages: &[Message]) -> Vec<Value> {
     out
 }
 
+/// A reasoning item kept as a thinking block's signature (only one recorded by this API can
+/// be replayed).
+fn reasoning_item(signature: Option<&str>) -> Option<Value> {
+    signature
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .filter(|v| v.get("type").and_then(Value::as_str) == Some("reasoning"))
+}
+
+/// Whether `m` numbers as a message in Pi 1.6's `convertResponsesMessages` (its `msgIndex`,
+/// which names text items without an id `msg_pi_<index>`): a user message of no content and
+/// an assistant message that sends no item are skipped without being counted.
+fn numbered(m: &Message) -> bool {
+    match m {
+        Message::System(_) | Message::ToolResult(_) => true,
+        Message::User(u) => match &u.content {
+            UserContent::Text(_) => true,
+            UserContent::Blocks(b) => b
+                .iter()
+                .any(|b| matches!(b, ContentBlock::Text(_) | ContentBlock::Image(_))),
+        },
+        Message::Assistant(a) => a.content.iter().any(|b| match b {
+            ContentBlock::Text(_) | ContentBlock::ToolCall(_) => true,
+            ContentBlock::Thinking(t) => reasoning_item(t.thinking_signature.as_deref()).is_some(),
+            ContentBlock::Image(_) => false,
+        }),
+    }
+}
+
 /// The loop of [`convert_messages`] over already transformed `msgs` from `start`, pushing onto
-/// `out`. Every message is a step boundary (its items depend on it and its index alone):
-/// `step(i, n)` tells each message `i` after `start` with the `n` items pushed before it.
+/// `out`. Every message is a step boundary (its items depend on it and on how many messages
+/// before it are [`numbered`]): `step(i, n)` tells each message `i` after `start` with the `n`
+/// items pushed before it.
 fn convert_from(
     model: &Model,
     msgs: &[Message],
@@ -78,8 +107,13 @@ fn convert_from(
     step: &mut dyn FnMut(usize, usize),
 ) {
     let takes_images = model.input.iter().any(|k| k == "image");
-    for (index, m) in msgs.iter().enumerate().skip(start) {
-        step(index, out.len());
+    let mut index = msgs[..start.min(msgs.len())]
+        .iter()
+        .filter(|m| numbered(m))
+        .count();
+    for (at, m) in msgs.iter().enumerate().skip(start) {
+        step(at, out.len());
+        let before = out.len();
         match m {
             Message::System(s) => {
                 let text = s.update_text();
@@ -112,15 +146,7 @@ fn convert_from(
                 for b in &a.content {
                     match b {
                         ContentBlock::Thinking(t) => {
-                            // Only a reasoning item recorded by this API can be replayed.
-                            if let Some(item) = t
-                                .thinking_signature
-                                .as_deref()
-                                .and_then(|s| serde_json::from_str::<Value>(s).ok())
-                                .filter(|v| {
-                                    v.get("type").and_then(Value::as_str) == Some("reasoning")
-                                })
-                            {
+                            if let Some(item) = reasoning_item(t.thinking_signature.as_deref()) {
                                 out.push(item);
                             }
                         }
@@ -178,6 +204,10 @@ fn convert_from(
                 };
                 out.push(json!({"type":"function_call_output","call_id":call_id,"output":output}));
             }
+        }
+        // Pi 1.6 counts every message but a user or assistant one that sent nothing.
+        if out.len() > before || matches!(m, Message::System(_) | Message::ToolResult(_)) {
+            index += 1;
         }
     }
 }

@@ -390,6 +390,74 @@ mod tests {
         )
     }
 
+    /// Responses through the cache: the `configuration_update` item that ends the input
+    /// (`compat.supportsMidConvoEffort`) and the `msg_pi_<n>` numbering after a user message
+    /// of no content (not counted, as Pi 1.6) give the whole request's bytes at every
+    /// round, with and without a system prompt.
+    #[test]
+    fn responses_trail_and_numbering_match_the_whole_request() {
+        let mut m = model(Api::OpenaiResponses);
+        m.reasoning = true;
+        m.compat = json!({"supportsMidConvoEffort": true});
+        m.thinking_level = Some(crate::models::ThinkingLevel::High);
+        let answer = |t: &str| {
+            msg(
+                json!({"role":"assistant","content":[{"type":"text","text":t}],
+                "api":"openai-responses","provider":"mock","model":"mock-1",
+                "stopReason":"stop","timestamp":1}),
+            )
+        };
+        let empty = msg(json!({"role":"user","content":[],"timestamp":3}));
+        for prompt in ["You are a helper.", ""] {
+            let cache = RequestCache::default();
+            let mut h = vec![user("one")];
+            for next in [
+                answer("a"),
+                empty.clone(),
+                answer("b"),
+                user("two"),
+                answer("c"),
+            ] {
+                let context = Context {
+                    system_prompt: prompt.into(),
+                    messages: h.clone(),
+                    tools: tools(),
+                };
+                let (cached, whole) = both(&m, &context, &cache);
+                assert_eq!(cached, whole);
+                h.push(next);
+            }
+            let context = Context {
+                system_prompt: prompt.into(),
+                messages: h,
+                tools: Vec::new(),
+            };
+            let (cached, whole) = both(&m, &context, &cache);
+            assert_eq!(cached, whole);
+            let body: Value = serde_json::from_str(&whole).unwrap();
+            let ids: Vec<&Value> = body["input"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|i| i.get("id"))
+                .collect();
+            assert_eq!(
+                ids,
+                [&json!("msg_pi_1"), &json!("msg_pi_2"), &json!("msg_pi_4")]
+            );
+            assert_eq!(
+                (
+                    body["input"].as_array().unwrap().last().unwrap(),
+                    &body["reasoning"]
+                ),
+                (
+                    &json!({"type":"configuration_update","reasoning":{"effort":"high"}}),
+                    &json!({"effort":"medium","summary":"auto"})
+                )
+            );
+        }
+    }
+
     /// Replaces the first `from` in the kept message bytes by `to` (same length).
     fn mark(cache: &RequestCache, from: &[u8], to: &[u8]) {
         let mut slot = cache.steps.lock().unwrap();
