@@ -11,6 +11,10 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::Arc;
+
+#[path = "support/compacting.rs"]
+mod compacting;
 
 use pi_e2e::headless::pi_bare_command;
 use pi_e2e::lsp_client::{agent_env, EditorBehavior, LspClient};
@@ -909,5 +913,159 @@ async fn responses_item_ids_skip_an_empty_user_message() {
             said("a2", "msg_pi_4"),
             asked("next")
         ])
+    );
+}
+
+/// The last assistant message of the one session file under `sessions`.
+fn last_stored_answer(sessions: &Path) -> Value {
+    let mut files = Vec::new();
+    let mut dirs = vec![sessions.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "jsonl") {
+                files.push(p);
+            }
+        }
+    }
+    assert_eq!(files.len(), 1, "{files:?}");
+    last_answer_in(&files[0])
+}
+
+/// The last assistant message of the session file `file`.
+fn last_answer_in(file: &Path) -> Value {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .rev()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "message" && v["message"]["role"] == "assistant")
+        .unwrap()["message"]
+        .clone()
+}
+
+/// Whether an agent event is a thinking delta (the answer is thinking).
+#[derive(Default)]
+struct SawThinking(std::sync::atomic::AtomicBool);
+
+#[async_trait::async_trait]
+impl pi_core::agent::EventSink for SawThinking {
+    async fn emit(&self, event: pi_core::agent::AgentEvent) {
+        if serde_json::to_value(&event).unwrap()["assistantMessageEvent"]["type"]
+            == "thinking_delta"
+        {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// An Anthropic answer aborted while it thinks (its signature not sent yet) keeps the
+/// thinking block's `thinkingSignature: ""`, as Pi 1.6.0 stores it (pi-ai takes the block's
+/// `signature ?? ""` from its start): Pi in RPC mode vs pi-lsp's agent, the whole stored
+/// answer but its timestamp and level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_aborted_while_thinking_keeps_an_empty_signature_as_pi() {
+    let Some(pi) = pi16_bin("an_answer_aborted_while_thinking_keeps_an_empty_signature_as_pi")
+    else {
+        return;
+    };
+    // "partial" streams, then the next delta waits 30 s: the abort comes meanwhile.
+    let step = || {
+        Step::Answer(pi_e2e::mock_model::Answer {
+            thinking: Some("partial thought".into()),
+            text: Some("never".into()),
+            chunk: 7,
+            chunk_delay: std::time::Duration::from_secs(30),
+            ..Default::default()
+        })
+    };
+    let tmp = TempDir::new("pi16req-abort-thinking");
+    let pi_mock = MockModel::start(vec![step()]).await;
+    let dir = tmp.path().join("pi");
+    let (agent, home, ws) = (dir.join("agent"), dir.join("home"), dir.join("ws"));
+    for d in [&agent, &home, &ws] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let mut models = pi_mock.models_json();
+    models["providers"]["mockant"]["models"][0]["reasoning"] = json!(true);
+    std::fs::write(agent.join("models.json"), models.to_string()).unwrap();
+    let sessions = dir.join("sessions");
+    let theirs = tokio::task::block_in_place(|| {
+        let mut cmd = pi_bare_command(&pi, &ws, &agent, &home);
+        cmd.args([
+            "--provider",
+            "mockant",
+            "--model",
+            "mock-ant-1",
+            "--thinking",
+            "high",
+        ])
+        .args(["--no-tools", "--session-dir"])
+        .arg(&sessions)
+        .env("PI_PACKAGE_DIR", pi_e2e::pi16_package(&pi));
+        let mut p = PiRpc::spawn(cmd);
+        p.call(json!({"type": "prompt", "message": "think"}), |v| {
+            v["assistantMessageEvent"]["type"] == "thinking_delta"
+        });
+        p.call(json!({"type": "abort"}), |v| v["type"] == "agent_settled");
+        p.close();
+        last_stored_answer(&sessions)
+    });
+    let our_mock = MockModel::start(vec![step()]).await;
+    let mut model = pi_ai::Model::new(
+        pi_ai::Api::AnthropicMessages,
+        "mockant",
+        "mock-ant-1",
+        &our_mock.anthropic_base(),
+    );
+    model.api_key = Some("test-key".into());
+    model.reasoning = true;
+    model.context_window = 200_000;
+    model.max_tokens = 4_096;
+    model.thinking_level = Some(pi_ai::models::ThinkingLevel::High);
+    let odir = tmp.path().join("ours");
+    let c = compacting::compacting_agent(
+        &odir,
+        &odir.join("sessions"),
+        model,
+        None,
+        pi_core::agent::CompactionSettings::default(),
+        None,
+    );
+    let saw = Arc::new(SawThinking::default());
+    let _sub = c.agent.subscribe(saw.clone());
+    c.agent
+        .prompt(vec![pi_ai::Message::user_text("think")])
+        .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while !saw.0.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("no thinking delta");
+    assert!(c.agent.abort(), "nothing to abort");
+    c.idle().await;
+    let ours = serde_json::to_value(c.agent.messages().last().unwrap()).unwrap();
+    let fields = |m: &Value| {
+        pick(
+            m,
+            &[
+                "role",
+                "content",
+                "api",
+                "provider",
+                "model",
+                "stopReason",
+                "errorMessage",
+            ],
+        )
+    };
+    assert_eq!(fields(&ours), fields(&theirs));
+    assert_eq!(
+        fields(&ours)["content"],
+        json!([{"type": "thinking", "thinking": "partial", "thinkingSignature": ""}])
     );
 }

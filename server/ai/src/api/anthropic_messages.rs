@@ -739,8 +739,13 @@ pub(super) async fn stream_body(
                 match cb.get("type").and_then(Value::as_str) {
                     Some("text") => b.text_delta(&key, cb["text"].as_str().unwrap_or("")).await,
                     Some("thinking") => {
-                        b.thinking_delta(&key, cb["thinking"].as_str().unwrap_or(""))
-                            .await
+                        let r = b
+                            .thinking_delta(&key, cb["thinking"].as_str().unwrap_or(""))
+                            .await;
+                        // Pi 1.6 stores the block's `signature ?? ""` from its start: an answer
+                        // aborted before the signature came keeps `thinkingSignature: ""`.
+                        b.thinking_signature(&key, cb["signature"].as_str().unwrap_or(""));
+                        r
                     }
                     Some("redacted_thinking") => {
                         let r = b.thinking_delta(&key, "").await;
