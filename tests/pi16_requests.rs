@@ -946,6 +946,131 @@ fn last_answer_in(file: &Path) -> Value {
         .clone()
 }
 
+/// An abort during the compaction before a prompt (a file whose last answer reported 59,005
+/// tokens of a 64,000-token window, reserve 8,000): the run still starts and stores its prompt
+/// and an aborted answer without asking the model, worded as Pi 1.6.0 words it — `This
+/// operation was aborted` (its request's setup fails: the run was aborted at `agent_start`),
+/// not `Request aborted`. Pi in RPC mode vs pi-lsp over LSP on copies of the file, the summary
+/// request held open until the abort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_during_the_compaction_before_a_prompt_is_stored_as_pi() {
+    let Some(pi) = pi16_bin("an_abort_during_the_compaction_before_a_prompt_is_stored_as_pi")
+    else {
+        return;
+    };
+    let (m, api) = ("mock/mock-1", "openai-completions");
+    let text = |t: &str| json!([{"type": "text", "text": t}]);
+    let mut big = assistant(m, api, text("Two."), "stop");
+    big["usage"] = json!({"input": 59_000, "output": 5, "cacheRead": 0, "cacheWrite": 0,
+        "totalTokens": 59_005, "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+        "total": 0}});
+    let tmp = TempDir::new("pi16req-precompaction-abort");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let header = json!({"type": "session", "version": 3,
+        "id": "a0000000-0000-4000-8000-0000000000ab",
+        "timestamp": "2026-12-01T00:00:00.000Z", "cwd": ws});
+    let lines = [
+        header,
+        json!({"type": "model_change", "id": "mc", "parentId": null,
+            "timestamp": "2026-12-01T00:00:00.000Z", "provider": "mock", "modelId": "mock-1"}),
+        json!({"type": "thinking_level_change", "id": "tl", "parentId": "mc",
+            "timestamp": "2026-12-01T00:00:00.000Z", "thinkingLevel": "off"}),
+        entry("u1", "tl", user("one")),
+        entry("a1", "u1", assistant(m, api, text("One."), "stop")),
+        entry("u2", "a1", user("two")),
+        entry("a2", "u2", big),
+    ];
+    let file: String = lines.iter().map(|e| format!("{e}\n")).collect();
+    let settings = json!({"compaction": {"keepRecentTokens": 1, "reserveTokens": 8_000}});
+    let models = |mock: &MockModel| {
+        let mut models = mock.models_json();
+        models["providers"]["mock"]["models"][0]["contextWindow"] = json!(64_000);
+        models
+    };
+    let hang = || vec![Step::Hang(String::new()), Step::Hang(String::new())];
+    // Pi 1.6.0 in RPC mode.
+    let pi_mock = MockModel::start(hang()).await;
+    let agent = tmp.path().join("pi-agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), models(&pi_mock).to_string()).unwrap();
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let theirs_file = tmp.path().join("pi.jsonl");
+    std::fs::write(&theirs_file, &file).unwrap();
+    let theirs = tokio::task::block_in_place(|| {
+        let mut p = PiRpc::open(&pi, &ws, &agent, &theirs_file);
+        p.call(json!({"type": "prompt", "message": "three"}), |v| {
+            v["type"] == "compaction_start"
+        });
+        p.call(json!({"type": "abort"}), |v| v["type"] == "agent_settled");
+        p.close();
+        last_answer_in(&theirs_file)
+    });
+    // pi-lsp over LSP.
+    let our_mock = MockModel::start(hang()).await;
+    let agent = tmp.path().join("our-agent");
+    let env = agent_env(&agent, &models(&our_mock), &[]);
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let ours_file = tmp.path().join("ours.jsonl");
+    std::fs::write(&ours_file, &file).unwrap();
+    let mut c = LspClient::start(&pi_lsp_bin(), &ws, &env, EditorBehavior::default()).await;
+    let sid = c
+        .request("agent/session/open", json!({"path": ours_file}))
+        .await
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.request("agent/prompt", json!({"sessionId": sid, "text": "three"}))
+        .await
+        .unwrap();
+    let deadline = std::time::Duration::from_secs(30);
+    loop {
+        let n = c
+            .next_notification(deadline)
+            .await
+            .expect("no compaction_start");
+        if n["method"] == "agent/event" && n["params"]["event"]["type"] == "compaction_start" {
+            break;
+        }
+    }
+    c.request("agent/abort", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    c.events_until_settled(deadline).await;
+    c.shutdown().await;
+    let ours = last_answer_in(&ours_file);
+    let fields = |m: &Value| {
+        pick(
+            m,
+            &[
+                "role",
+                "content",
+                "api",
+                "provider",
+                "model",
+                "stopReason",
+                "errorMessage",
+            ],
+        )
+    };
+    assert_eq!(fields(&ours), fields(&theirs));
+    assert_eq!(
+        fields(&ours),
+        json!({"role": "assistant", "content": [], "api": "openai-completions",
+            "provider": "mock", "model": "mock-1", "stopReason": "aborted",
+            "errorMessage": "This operation was aborted"})
+    );
+    // Neither asked the model for the aborted run's answer (only the summary, which Pi may
+    // abort before it is sent).
+    for mock in [&pi_mock, &our_mock] {
+        assert!(mock
+            .requests()
+            .iter()
+            .all(|r| compacting::is_summary(&r.body)));
+    }
+}
+
 /// Whether an agent event is a thinking delta (the answer is thinking).
 #[derive(Default)]
 struct SawThinking(std::sync::atomic::AtomicBool);
