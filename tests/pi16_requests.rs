@@ -91,13 +91,13 @@ async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Va
         });
         models
     };
-    let (theirs, ours) = continued_bodies(pi, name, &models, model, entries, &[]).await;
+    let (theirs, ours, _) = continued_bodies(pi, name, &models, model, entries, &[]).await;
     (conversation(&theirs), conversation(&ours))
 }
 
 /// The whole first request body Pi 1.6.0 and pi-lsp each send when they continue a file of
 /// `entries` with `next` at `model`, the agent dir's models.json `models(mock)`, and `args`
-/// given to both before the prompt: (Pi's, ours).
+/// given to both before the prompt: (Pi's, ours, (the answer Pi stored, ours)).
 async fn continued_bodies(
     pi: &Path,
     name: &str,
@@ -105,7 +105,7 @@ async fn continued_bodies(
     model: &str,
     entries: &[Value],
     args: &[&str],
-) -> (Value, Value) {
+) -> (Value, Value, (Value, Value)) {
     let tmp = TempDir::new(name);
     let root = tmp.path();
     let ws = root.join("ws");
@@ -155,7 +155,8 @@ async fn continued_bodies(
     );
     let sent = mock.requests();
     assert_eq!(sent.len(), 2, "one request each");
-    (sent[0].body.clone(), sent[1].body.clone())
+    let answers = (last_answer_in(&theirs), last_answer_in(&ours));
+    (sent[0].body.clone(), sent[1].body.clone(), answers)
 }
 
 /// Consecutive user-role messages of `turns` (a request's `messages` as [`conversation`] gives
@@ -590,7 +591,7 @@ async fn compat_case(pi: &Path, name: &str, api: &str, compat: Value, extra: Val
             "models": [m]}}})
     };
     let args = ["--thinking", "high", "--tools", "read,bash,edit,write"];
-    let (theirs, ours) = continued_bodies(pi, name, &models, "c/m1", &entries, &args).await;
+    let (theirs, ours, _) = continued_bodies(pi, name, &models, "c/m1", &entries, &args).await;
     let (theirs, ours) = (shape(&theirs), shape(&ours));
     assert_eq!(ours, theirs, "{name}: {compat}");
     ours
@@ -851,7 +852,7 @@ async fn anthropic_thinking_is_adaptive_by_the_flag_not_the_id() {
                 "contextWindow": 200000, "maxTokens": 32000, "compat": compat}]}}})
         };
         let args = ["--thinking", "high", "--tools", "read,bash,edit,write"];
-        let (theirs, ours) =
+        let (theirs, ours, _) =
             continued_bodies(&pi, "pi16req-adaptive", &models, &model, &entries, &args).await;
         let (theirs, ours) = (shape(&theirs), shape(&ours));
         assert_eq!(ours, theirs, "{id}");
@@ -1192,5 +1193,42 @@ async fn an_answer_aborted_while_thinking_keeps_an_empty_signature_as_pi() {
     assert_eq!(
         fields(&ours)["content"],
         json!([{"type": "thinking", "thinking": "partial", "thinkingSignature": ""}])
+    );
+}
+
+/// `openai-responses` with `compat.supportsMidConvoEffort`: an answer of the model that stored
+/// the effort it was told (`providerThinkingLevel`) gets its own `configuration_update` item
+/// before its items, and the new answer stores the request's effort, as Pi 1.6.0 does: the
+/// bodies (but system prompt and tool texts) and the stored answers' `providerThinkingLevel`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_replay_a_stored_effort_as_pi() {
+    let Some(pi) = pi16_bin("responses_replay_a_stored_effort_as_pi") else {
+        return;
+    };
+    let api = "openai-responses";
+    let mut entries = thinking_round("c/m1", api, json!({"type": "thinking", "thinking": "hmm"}));
+    entries[3]["message"]["providerThinkingLevel"] = json!("low");
+    let models = |mock: &MockModel| {
+        json!({"providers": {"c": {"baseUrl": mock.openai_base(), "api": api,
+            "apiKey": "test-key", "models": [{"id": "m1", "reasoning": true,
+            "contextWindow": 128000, "maxTokens": 4096,
+            "compat": {"supportsMidConvoEffort": true}}]}}})
+    };
+    let args = ["--thinking", "high", "--tools", "read,bash,edit,write"];
+    let (theirs, ours, (their_answer, our_answer)) =
+        continued_bodies(&pi, "pi16req-resp-effort", &models, "c/m1", &entries, &args).await;
+    let (theirs, ours) = (shape(&theirs), shape(&ours));
+    assert_eq!(ours, theirs);
+    let update = |e: &str| json!({"type": "configuration_update", "reasoning": {"effort": e}});
+    let items = ours["conversation"].as_array().unwrap();
+    let at = items.iter().position(|i| i == &update("low")).unwrap();
+    assert_eq!(items[at + 1]["content"][0]["text"], json!("done"));
+    assert_eq!(items.last().unwrap(), &update("high"));
+    assert_eq!(
+        (
+            &our_answer["providerThinkingLevel"],
+            &their_answer["providerThinkingLevel"]
+        ),
+        (&json!("high"), &json!("high"))
     );
 }

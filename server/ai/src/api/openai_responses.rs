@@ -107,6 +107,9 @@ fn convert_from(
     step: &mut dyn FnMut(usize, usize),
 ) {
     let takes_images = model.input.iter().any(|k| k == "image");
+    // Pi 1.6: with a `configuration_update` effort, each answer of this model that stored one
+    // gets its own before its items.
+    let effort_updates = effort_updates(model);
     let mut index = msgs[..start.min(msgs.len())]
         .iter()
         .filter(|m| numbered(m))
@@ -180,6 +183,17 @@ fn convert_from(
                         }
                         ContentBlock::Image(_) => {}
                     }
+                }
+                if let Some(effort) = a
+                    .provider_thinking_level
+                    .as_deref()
+                    .map(String::as_str)
+                    .filter(|_| effort_updates && same_model && out.len() > before)
+                {
+                    out.insert(
+                        before,
+                        json!({"type": "configuration_update", "reasoning": {"effort": effort}}),
+                    );
                 }
             }
             Message::ToolResult(r) => {
@@ -388,6 +402,12 @@ fn configuration_update_effort(model: &Model) -> Option<Value> {
     (level != ThinkingLevel::Off).then(|| mapped_effort(model, level))
 }
 
+/// Whether answers that stored a `providerThinkingLevel` get their `configuration_update`
+/// item before their own (a Responses model with [`configuration_update_effort`]).
+fn effort_updates(model: &Model) -> bool {
+    model.api == crate::models::Api::OpenaiResponses && configuration_update_effort(model).is_some()
+}
+
 /// The `configuration_update` input item Pi 1.6 ends the input with for a model with
 /// [`configuration_update_effort`].
 fn configuration_update(model: &Model) -> Option<Value> {
@@ -544,6 +564,12 @@ pub(super) async fn stream_body(
 ) -> Result<Option<StopReason>, ProviderError> {
     let (model, body, headers, cancel, timeout, endpoint) = request.parts();
     let url = join_url(&model.base_url, "responses");
+    // Pi 1.6 stores the effort a `configuration_update` item told the model on the answer.
+    if let Some(effort) = configuration_update_effort(model) {
+        b.with_message(|m| {
+            m.provider_thinking_level = effort.as_str().map(|e| Box::new(e.to_string()))
+        });
+    }
     let mut sse = open_sse(
         &crate::errors::HttpWording::Responses {
             provider: model.provider.clone(),

@@ -60,6 +60,10 @@ pub(super) struct PrefixKey {
     reasoning: bool,
     input: Vec<String>,
     compat: Value,
+    /// The level and whether the key is an API key (`sk-…`): Responses answers replay their
+    /// stored effort depending on both.
+    thinking_level: Option<crate::models::ThinkingLevel>,
+    api_key_sk: bool,
 }
 
 impl PrefixKey {
@@ -72,6 +76,8 @@ impl PrefixKey {
             reasoning: model.reasoning,
             input: model.input.clone(),
             compat: model.compat.clone(),
+            thinking_level: model.thinking_level,
+            api_key_sk: api_key_sk(model),
         }
     }
 
@@ -85,7 +91,17 @@ impl PrefixKey {
             && self.reasoning == model.reasoning
             && self.input == model.input
             && self.compat == model.compat
+            && self.thinking_level == model.thinking_level
+            && self.api_key_sk == api_key_sk(model)
     }
+}
+
+/// Whether `model`'s key is an API key (`sk-…`; a ChatGPT sign-in's is not).
+fn api_key_sk(model: &Model) -> bool {
+    model
+        .api_key
+        .as_deref()
+        .is_some_and(|k| k.starts_with("sk-"))
 }
 
 /// What [`request_bytes`] puts into a request besides its messages.
