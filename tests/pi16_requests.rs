@@ -3,11 +3,18 @@
 //! once here (`pi-lsp run --session`) on the loopback model, and the conversation part of the
 //! two requests (Anthropic's `messages`, chat completions' `messages` and Responses' `input`
 //! without the system prompt, which differs by design: the tool set) asserted equal and
-//! whole. Pi 1.6's pi-ai `convertMessages` of each provider is the rule.
+//! whole. Pi 1.6's pi-ai `convertMessages` of each provider is the rule. Also: models.json
+//! `compat` flags per wire (the whole body but system prompt and tool texts, [`shape`]),
+//! adaptive thinking by the flag, and the answers stored after an abort (during the
+//! compaction before a prompt, while thinking) against Pi 1.6.0 in RPC mode.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::Arc;
+
+#[path = "support/compacting.rs"]
+mod compacting;
 
 use pi_e2e::headless::pi_bare_command;
 use pi_e2e::lsp_client::{agent_env, EditorBehavior, LspClient};
@@ -76,16 +83,35 @@ fn conversation(body: &Value) -> Value {
 /// none) with `next` at `model` (`provider/id` of the loopback model's `models.json`, with a
 /// third provider `mockresp`, openai-responses): (Pi's, ours).
 async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Value, Value) {
+    let models = |mock: &MockModel| {
+        let mut models = mock.models_json();
+        models["providers"]["mockresp"] = json!({
+            "baseUrl": mock.openai_base(), "api": "openai-responses", "apiKey": "test-key",
+            "models": [{"id": "mock-resp-1", "contextWindow": 128000, "maxTokens": 4096}]
+        });
+        models
+    };
+    let (theirs, ours, _) = continued_bodies(pi, name, &models, model, entries, &[]).await;
+    (conversation(&theirs), conversation(&ours))
+}
+
+/// The whole first request body Pi 1.6.0 and pi-lsp each send when they continue a file of
+/// `entries` with `next` at `model`, the agent dir's models.json `models(mock)`, and `args`
+/// given to both before the prompt: (Pi's, ours, (the answer Pi stored, ours)).
+async fn continued_bodies(
+    pi: &Path,
+    name: &str,
+    models: &dyn Fn(&MockModel) -> Value,
+    model: &str,
+    entries: &[Value],
+    args: &[&str],
+) -> (Value, Value, (Value, Value)) {
     let tmp = TempDir::new(name);
     let root = tmp.path();
     let ws = root.join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![Step::text("done"), Step::text("done")]).await;
-    let mut models = mock.models_json();
-    models["providers"]["mockresp"] = json!({
-        "baseUrl": mock.openai_base(), "api": "openai-responses", "apiKey": "test-key",
-        "models": [{"id": "mock-resp-1", "contextWindow": 128000, "maxTokens": 4096}]
-    });
+    let models = models(&mock);
     let agent = root.join("agent");
     let package = pi16_package(pi).display().to_string();
     let env = agent_env(&agent, &models, &[("PI_PACKAGE_DIR", &package)]);
@@ -103,6 +129,7 @@ async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Va
     let mut cmd = pi_bare_command(pi, &ws, &agent, root);
     cmd.args(["-p", "--provider", provider, "--model", id, "--session"])
         .arg(&theirs)
+        .args(args)
         .arg("next");
     let out = tokio::task::block_in_place(|| cmd.output().unwrap());
     assert!(
@@ -116,7 +143,9 @@ async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Va
         .arg(&ws)
         .arg("--session")
         .arg(&ours);
-    cmd.args(["--model", model, "next"])
+    cmd.args(["--model", model])
+        .args(args)
+        .arg("next")
         .envs(env.iter().map(|(k, v)| (k, v)));
     let out = tokio::task::block_in_place(|| cmd.output().unwrap());
     assert!(
@@ -126,7 +155,8 @@ async fn continued(pi: &Path, name: &str, model: &str, entries: &[Value]) -> (Va
     );
     let sent = mock.requests();
     assert_eq!(sent.len(), 2, "one request each");
-    (conversation(&sent[0].body), conversation(&sent[1].body))
+    let answers = (last_answer_in(&theirs), last_answer_in(&ours));
+    (sent[0].body.clone(), sent[1].body.clone(), answers)
 }
 
 /// Consecutive user-role messages of `turns` (a request's `messages` as [`conversation`] gives
@@ -472,4 +502,733 @@ async fn a_users_command_keeps_pis_plain_tail() {
     // Our spill file is whole when the answer comes (Pi ends its stream without waiting).
     let full = std::fs::read_to_string(ours["fullOutputPath"].as_str().unwrap()).unwrap();
     assert_eq!(full.len(), 13893);
+}
+
+/// A request body with what differs by design put aside: its conversation as
+/// [`conversation`] gives it (no system prompt), and of its tools only each one's name and
+/// `cache_control` mark (`toolMarks`; the descriptions differ).
+fn shape(body: &Value) -> Value {
+    let mut b = body.clone();
+    let o = b.as_object_mut().unwrap();
+    let marks = o.remove("tools").map(|tools| {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let name = t.get("name").unwrap_or(&t["function"]["name"]).clone();
+                json!([name, t.get("cache_control")])
+            })
+            .collect::<Value>()
+    });
+    for k in ["messages", "input", "system", "instructions"] {
+        o.remove(k);
+    }
+    o.insert("conversation".into(), conversation(body));
+    if let Some(marks) = marks {
+        o.insert("toolMarks".into(), marks);
+    }
+    b
+}
+
+/// A crafted conversation on `model` (`provider/id`, wire `api`): a thinking answer with a
+/// tool call (its thinking signed `thinking`), the call's result, a thinking answer with
+/// text, a user message and an answer.
+fn thinking_round(model: &str, api: &str, thinking: Value) -> Vec<Value> {
+    let call =
+        json!({"type": "toolCall", "id": "call_1", "name": "bash", "arguments": {"command": "ls"}});
+    vec![
+        entry("u1", "", user("first")),
+        entry(
+            "a1",
+            "u1",
+            assistant(model, api, json!([thinking, call]), "toolUse"),
+        ),
+        entry("r1", "a1", result("call_1", "a.txt\n")),
+        entry(
+            "a2",
+            "r1",
+            assistant(
+                model,
+                api,
+                json!([thinking, {"type": "text", "text": "done"}]),
+                "stop",
+            ),
+        ),
+        entry("u2", "a2", user("second")),
+        entry(
+            "a3",
+            "u2",
+            assistant(model, api, json!([{"type": "text", "text": "ok"}]), "stop"),
+        ),
+    ]
+}
+
+/// One models.json `compat` set continued by Pi 1.6.0 and pi-lsp at thinking `high` (tools
+/// read, bash, edit, write): a provider `c` of wire `api` at the loopback model with one
+/// reasoning model `m1` (4,096 output tokens, `extra` keys beside its `compat`); the shaped
+/// bodies ([`shape`]), asserted equal, and ours returned.
+async fn compat_case(pi: &Path, name: &str, api: &str, compat: Value, extra: Value) -> Value {
+    let thinking = match api {
+        "openai-completions" => {
+            json!({"type": "thinking", "thinking": "hmm", "thinkingSignature": "reasoning_content"})
+        }
+        _ => json!({"type": "thinking", "thinking": "hmm"}),
+    };
+    let entries = thinking_round("c/m1", api, thinking);
+    let models = |mock: &MockModel| {
+        let base = if api == "anthropic-messages" {
+            mock.anthropic_base()
+        } else {
+            mock.openai_base()
+        };
+        let mut m = json!({"id": "m1", "reasoning": true, "contextWindow": 128000,
+            "maxTokens": 4096, "compat": compat});
+        for (k, v) in extra.as_object().unwrap() {
+            m[k] = v.clone();
+        }
+        json!({"providers": {"c": {"baseUrl": base, "api": api, "apiKey": "test-key",
+            "models": [m]}}})
+    };
+    let args = ["--thinking", "high", "--tools", "read,bash,edit,write"];
+    let (theirs, ours, _) = continued_bodies(pi, name, &models, "c/m1", &entries, &args).await;
+    let (theirs, ours) = (shape(&theirs), shape(&ours));
+    assert_eq!(ours, theirs, "{name}: {compat}");
+    ours
+}
+
+/// The keys `keys` of `body` (absent ones as `null`).
+fn pick(body: &Value, keys: &[&str]) -> Value {
+    keys.iter()
+        .map(|k| {
+            (
+                (*k).to_string(),
+                body.get(*k).cloned().unwrap_or(Value::Null),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// models.json `compat` flags of `openai-completions` shape the request as Pi 1.6's pi-ai
+/// `buildParams` / `convertMessages` does, each body whole (but the system prompt and tool
+/// texts) equal to Pi 1.6.0's: `requiresNonNullAssistantContent` (a tool-call-only answer's
+/// `content: ""`), every `thinkingFormat` (`zai`, `qwen`, `chat-template` with
+/// `chatTemplateKwargs` variables, `baseten`, `together`, `ant-ling`, `string-thinking`),
+/// `thinkingTokenBudgetField` (the level's budget capped to leave 1,024 of the 4,096),
+/// `vllmPriority`, `openRouterRouting`, `vercelGatewayRouting`, `zaiToolStream`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_completions_compat_flags_shape_the_body_as_pi() {
+    let Some(pi) = pi16_bin("chat_completions_compat_flags_shape_the_body_as_pi") else {
+        return;
+    };
+    let api = "openai-completions";
+    let case = |name: &'static str, compat: Value, extra: Value| {
+        let pi = pi.clone();
+        async move { compat_case(&pi, name, api, compat, extra).await }
+    };
+    let ours = case(
+        "compat-nonnull",
+        json!({"requiresNonNullAssistantContent": true}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        ours["conversation"][1],
+        json!({"role": "assistant", "content": "", "reasoning_content": "hmm",
+            "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}]})
+    );
+    let keys = [
+        "thinking",
+        "reasoning_effort",
+        "enable_thinking",
+        "chat_template_kwargs",
+        "chat_template_args",
+        "reasoning",
+        "thinking_budget",
+        "priority",
+        "provider",
+        "providerOptions",
+        "tool_stream",
+    ];
+    let want = |fields: Value| {
+        let mut all = pick(&json!({}), &keys);
+        for (k, v) in fields.as_object().unwrap() {
+            all[k] = v.clone();
+        }
+        all
+    };
+    let ours = case(
+        "compat-zai",
+        json!({"thinkingFormat": "zai", "zaiToolStream": true}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(
+            json!({"thinking": {"type": "enabled", "clear_thinking": false},
+            "reasoning_effort": "high", "tool_stream": true})
+        )
+    );
+    let ours = case("compat-qwen", json!({"thinkingFormat": "qwen"}), json!({})).await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(json!({"enable_thinking": true, "reasoning_effort": "high"}))
+    );
+    let kwargs = json!({"enable_thinking": {"$var": "thinking.enabled"},
+        "budget": {"$var": "thinking.budget"}, "level": {"$var": "thinking.effort"},
+        "off_only": {"$var": "thinking.effort", "omitWhenOff": true},
+        "literal": "$thinking.enabled"});
+    let ours = case(
+        "compat-chat-template",
+        json!({"thinkingFormat": "chat-template", "chatTemplateKwargs": kwargs,
+            "thinkingTokenBudgetField": "thinking_budget"}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(
+            json!({"chat_template_kwargs": {"enable_thinking": true, "budget": 3072,
+            "level": "high", "off_only": "high", "literal": "$thinking.enabled"},
+            "thinking_budget": 3072})
+        )
+    );
+    let ours = case(
+        "compat-baseten",
+        json!({"thinkingFormat": "baseten", "chatTemplateArgs": {"think": {"$var": "thinking.enabled"}}}),
+        json!({"thinkingLevelMap": {"high": "H"}}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(json!({"chat_template_args": {"think": true}, "reasoning_effort": "H"}))
+    );
+    let ours = case(
+        "compat-together",
+        json!({"thinkingFormat": "together", "vllmPriority": 5}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(json!({"reasoning": {"enabled": true}, "reasoning_effort": "high", "priority": 5}))
+    );
+    let ours = case(
+        "compat-ant-ling",
+        json!({"thinkingFormat": "ant-ling", "openRouterRouting": {"order": ["x"]},
+            "vercelGatewayRouting": {"only": ["a"], "order": ["b"], "models": ["c"]}}),
+        json!({"thinkingLevelMap": {"high": "H"}}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &keys),
+        want(
+            json!({"reasoning": {"effort": "H"}, "provider": {"order": ["x"]},
+            "providerOptions": {"gateway": {"only": ["a"], "order": ["b"]}}})
+        )
+    );
+    let ours = case(
+        "compat-string-thinking",
+        json!({"thinkingFormat": "string-thinking", "supportsThinkingTokenBudget": true}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(pick(&ours, &keys), want(json!({"thinking": "high"})));
+    assert_eq!(ours["thinking_token_budget"], json!(3072));
+}
+
+/// `anthropic-messages` compat: `supportsCacheControlOnTools: false` leaves the last tool
+/// without its mark, and `allowEmptySignature` replays unsigned thinking as a thinking block
+/// with `signature: ""` (not as text), both bodies equal to Pi 1.6.0's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_compat_flags_shape_the_body_as_pi() {
+    let Some(pi) = pi16_bin("anthropic_compat_flags_shape_the_body_as_pi") else {
+        return;
+    };
+    let ours = compat_case(
+        &pi,
+        "compat-anthropic",
+        "anthropic-messages",
+        json!({"supportsCacheControlOnTools": false, "allowEmptySignature": true}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        ours["toolMarks"],
+        json!([
+            ["read", null],
+            ["bash", null],
+            ["edit", null],
+            ["write", null]
+        ])
+    );
+    assert_eq!(
+        ours["conversation"][3],
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hmm", "signature": ""},
+            {"type": "text", "text": "done"}]})
+    );
+}
+
+/// `openai-responses` compat: `supportsMaxOutputTokens: false` sends no `max_output_tokens`;
+/// `supportsMidConvoEffort` ends the input with a `configuration_update` item carrying the
+/// level while `reasoning.effort` stays `medium`; both bodies equal to Pi 1.6.0's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_compat_flags_shape_the_body_as_pi() {
+    let Some(pi) = pi16_bin("responses_compat_flags_shape_the_body_as_pi") else {
+        return;
+    };
+    let api = "openai-responses";
+    let ours = compat_case(
+        &pi,
+        "compat-resp-maxout",
+        api,
+        json!({"supportsMaxOutputTokens": false}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        pick(&ours, &["max_output_tokens", "reasoning"]),
+        json!({"max_output_tokens": null, "reasoning": {"effort": "high", "summary": "auto"}})
+    );
+    let ours = compat_case(
+        &pi,
+        "compat-resp-effort",
+        api,
+        json!({"supportsMidConvoEffort": true}),
+        json!({}),
+    )
+    .await;
+    let conversation = ours["conversation"].as_array().unwrap();
+    assert_eq!(
+        (
+            conversation.last().unwrap(),
+            &ours["reasoning"],
+            &ours["max_output_tokens"]
+        ),
+        (
+            &json!({"type": "configuration_update", "reasoning": {"effort": "high"}}),
+            &json!({"effort": "medium", "summary": "auto"}),
+            &json!(4096)
+        )
+    );
+}
+
+/// A models.json Anthropic model named like one that thinks adaptively (`claude-opus-4-6`,
+/// `claude-sonnet-4-6`) but without `compat.forceAdaptiveThinking` thinks with a budget, as
+/// Pi 1.6.0's `streamSimple` decides by the flag alone: `thinking.type: enabled` with the
+/// level's budget and no `output_config`; with the flag, adaptive with the effort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_thinking_is_adaptive_by_the_flag_not_the_id() {
+    let Some(pi) = pi16_bin("anthropic_thinking_is_adaptive_by_the_flag_not_the_id") else {
+        return;
+    };
+    for (id, compat) in [
+        ("claude-opus-4-6", json!({})),
+        ("claude-sonnet-4-6", json!({})),
+        ("claude-opus-4-7", json!({"forceAdaptiveThinking": true})),
+    ] {
+        let model = format!("c/{id}");
+        let api = "anthropic-messages";
+        let entries = [
+            entry("u1", "", user("hi")),
+            entry(
+                "a1",
+                "u1",
+                assistant(
+                    &model,
+                    api,
+                    json!([{"type": "text", "text": "hello"}]),
+                    "stop",
+                ),
+            ),
+        ];
+        let models = |mock: &MockModel| {
+            json!({"providers": {"c": {"baseUrl": mock.anthropic_base(), "api": api,
+                "apiKey": "test-key", "models": [{"id": id, "reasoning": true,
+                "contextWindow": 200000, "maxTokens": 32000, "compat": compat}]}}})
+        };
+        let args = ["--thinking", "high", "--tools", "read,bash,edit,write"];
+        let (theirs, ours, _) =
+            continued_bodies(&pi, "pi16req-adaptive", &models, &model, &entries, &args).await;
+        let (theirs, ours) = (shape(&theirs), shape(&ours));
+        assert_eq!(ours, theirs, "{id}");
+        let want = if compat.get("forceAdaptiveThinking").is_some() {
+            json!({"max_tokens": 32000, "thinking": {"type": "adaptive", "display": "summarized"},
+                "output_config": {"effort": "high"}})
+        } else {
+            json!({"max_tokens": 32000, "output_config": null,
+                "thinking": {"type": "enabled", "budget_tokens": 16384, "display": "summarized"}})
+        };
+        assert_eq!(
+            pick(&ours, &["max_tokens", "thinking", "output_config"]),
+            want,
+            "{id}"
+        );
+    }
+}
+
+/// On `openai-responses` a stored user message of no content is left out without being
+/// counted: the text items after it are numbered as Pi 1.6's `convertResponsesMessages`
+/// numbers them (`msg_pi_1`, `msg_pi_2`, `msg_pi_4`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_item_ids_skip_an_empty_user_message() {
+    let Some(pi) = pi16_bin("responses_item_ids_skip_an_empty_user_message") else {
+        return;
+    };
+    let (m, api) = ("mockresp/mock-resp-1", "openai-responses");
+    let text = |t: &str| json!([{"type": "text", "text": t}]);
+    let entries = [
+        entry("u1", "", user("first")),
+        entry("a1", "u1", assistant(m, api, text("a0"), "stop")),
+        entry(
+            "u2",
+            "a1",
+            json!({"role": "user", "content": [], "timestamp": 1}),
+        ),
+        entry(
+            "a2",
+            "u2",
+            assistant(m, api, text("after empty list"), "stop"),
+        ),
+        entry("u3", "a2", user("q")),
+        entry("a3", "u3", assistant(m, api, text("a2"), "stop")),
+    ];
+    let (theirs, ours) = continued(&pi, "pi16req-resp-ids", m, &entries).await;
+    assert_eq!(ours, theirs);
+    let said = |t: &str, id: &str| {
+        json!({"type": "message", "role": "assistant", "status": "completed", "id": id,
+            "content": [{"type": "output_text", "text": t, "annotations": []}]})
+    };
+    let asked = |t: &str| json!({"role": "user", "content": [{"type": "input_text", "text": t}]});
+    assert_eq!(
+        ours,
+        json!([
+            asked("first"),
+            said("a0", "msg_pi_1"),
+            said("after empty list", "msg_pi_2"),
+            asked("q"),
+            said("a2", "msg_pi_4"),
+            asked("next")
+        ])
+    );
+}
+
+/// The last assistant message of the one session file under `sessions`.
+fn last_stored_answer(sessions: &Path) -> Value {
+    let mut files = Vec::new();
+    let mut dirs = vec![sessions.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "jsonl") {
+                files.push(p);
+            }
+        }
+    }
+    assert_eq!(files.len(), 1, "{files:?}");
+    last_answer_in(&files[0])
+}
+
+/// The last assistant message of the session file `file`.
+fn last_answer_in(file: &Path) -> Value {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .rev()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "message" && v["message"]["role"] == "assistant")
+        .unwrap()["message"]
+        .clone()
+}
+
+/// An abort during the compaction before a prompt (a file whose last answer reported 59,005
+/// tokens of a 64,000-token window, reserve 8,000): the run still starts and stores its prompt
+/// and an aborted answer without asking the model, worded as Pi 1.6.0 words it — `This
+/// operation was aborted` (its request's setup fails: the run was aborted at `agent_start`),
+/// not `Request aborted`. Pi in RPC mode vs pi-lsp over LSP on copies of the file, the summary
+/// request held open until the abort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_during_the_compaction_before_a_prompt_is_stored_as_pi() {
+    let Some(pi) = pi16_bin("an_abort_during_the_compaction_before_a_prompt_is_stored_as_pi")
+    else {
+        return;
+    };
+    let (m, api) = ("mock/mock-1", "openai-completions");
+    let text = |t: &str| json!([{"type": "text", "text": t}]);
+    let mut big = assistant(m, api, text("Two."), "stop");
+    big["usage"] = json!({"input": 59_000, "output": 5, "cacheRead": 0, "cacheWrite": 0,
+        "totalTokens": 59_005, "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+        "total": 0}});
+    let tmp = TempDir::new("pi16req-precompaction-abort");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let header = json!({"type": "session", "version": 3,
+        "id": "a0000000-0000-4000-8000-0000000000ab",
+        "timestamp": "2026-12-01T00:00:00.000Z", "cwd": ws});
+    let lines = [
+        header,
+        json!({"type": "model_change", "id": "mc", "parentId": null,
+            "timestamp": "2026-12-01T00:00:00.000Z", "provider": "mock", "modelId": "mock-1"}),
+        json!({"type": "thinking_level_change", "id": "tl", "parentId": "mc",
+            "timestamp": "2026-12-01T00:00:00.000Z", "thinkingLevel": "off"}),
+        entry("u1", "tl", user("one")),
+        entry("a1", "u1", assistant(m, api, text("One."), "stop")),
+        entry("u2", "a1", user("two")),
+        entry("a2", "u2", big),
+    ];
+    let file: String = lines.iter().map(|e| format!("{e}\n")).collect();
+    let settings = json!({"compaction": {"keepRecentTokens": 1, "reserveTokens": 8_000}});
+    let models = |mock: &MockModel| {
+        let mut models = mock.models_json();
+        models["providers"]["mock"]["models"][0]["contextWindow"] = json!(64_000);
+        models
+    };
+    let hang = || vec![Step::Hang(String::new()), Step::Hang(String::new())];
+    // Pi 1.6.0 in RPC mode.
+    let pi_mock = MockModel::start(hang()).await;
+    let agent = tmp.path().join("pi-agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), models(&pi_mock).to_string()).unwrap();
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let theirs_file = tmp.path().join("pi.jsonl");
+    std::fs::write(&theirs_file, &file).unwrap();
+    let theirs = tokio::task::block_in_place(|| {
+        let mut p = PiRpc::open(&pi, &ws, &agent, &theirs_file);
+        p.call(json!({"type": "prompt", "message": "three"}), |v| {
+            v["type"] == "compaction_start"
+        });
+        p.call(json!({"type": "abort"}), |v| v["type"] == "agent_settled");
+        p.close();
+        last_answer_in(&theirs_file)
+    });
+    // pi-lsp over LSP.
+    let our_mock = MockModel::start(hang()).await;
+    let agent = tmp.path().join("our-agent");
+    let env = agent_env(&agent, &models(&our_mock), &[]);
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let ours_file = tmp.path().join("ours.jsonl");
+    std::fs::write(&ours_file, &file).unwrap();
+    let mut c = LspClient::start(&pi_lsp_bin(), &ws, &env, EditorBehavior::default()).await;
+    let sid = c
+        .request("agent/session/open", json!({"path": ours_file}))
+        .await
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.request("agent/prompt", json!({"sessionId": sid, "text": "three"}))
+        .await
+        .unwrap();
+    let deadline = std::time::Duration::from_secs(30);
+    loop {
+        let n = c
+            .next_notification(deadline)
+            .await
+            .expect("no compaction_start");
+        if n["method"] == "agent/event" && n["params"]["event"]["type"] == "compaction_start" {
+            break;
+        }
+    }
+    c.request("agent/abort", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    c.events_until_settled(deadline).await;
+    c.shutdown().await;
+    let ours = last_answer_in(&ours_file);
+    let fields = |m: &Value| {
+        pick(
+            m,
+            &[
+                "role",
+                "content",
+                "api",
+                "provider",
+                "model",
+                "stopReason",
+                "errorMessage",
+            ],
+        )
+    };
+    assert_eq!(fields(&ours), fields(&theirs));
+    assert_eq!(
+        fields(&ours),
+        json!({"role": "assistant", "content": [], "api": "openai-completions",
+            "provider": "mock", "model": "mock-1", "stopReason": "aborted",
+            "errorMessage": "This operation was aborted"})
+    );
+    // Neither asked the model for the aborted run's answer (only the summary, which Pi may
+    // abort before it is sent).
+    for mock in [&pi_mock, &our_mock] {
+        assert!(mock
+            .requests()
+            .iter()
+            .all(|r| compacting::is_summary(&r.body)));
+    }
+}
+
+/// Whether an agent event is a thinking delta (the answer is thinking).
+#[derive(Default)]
+struct SawThinking(std::sync::atomic::AtomicBool);
+
+#[async_trait::async_trait]
+impl pi_core::agent::EventSink for SawThinking {
+    async fn emit(&self, event: pi_core::agent::AgentEvent) {
+        if serde_json::to_value(&event).unwrap()["assistantMessageEvent"]["type"]
+            == "thinking_delta"
+        {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// An Anthropic answer aborted while it thinks (its signature not sent yet) keeps the
+/// thinking block's `thinkingSignature: ""`, as Pi 1.6.0 stores it (pi-ai takes the block's
+/// `signature ?? ""` from its start): Pi in RPC mode vs pi-lsp's agent, the whole stored
+/// answer but its timestamp and level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_aborted_while_thinking_keeps_an_empty_signature_as_pi() {
+    let Some(pi) = pi16_bin("an_answer_aborted_while_thinking_keeps_an_empty_signature_as_pi")
+    else {
+        return;
+    };
+    // "partial" streams, then the next delta waits 30 s: the abort comes meanwhile.
+    let step = || {
+        Step::Answer(pi_e2e::mock_model::Answer {
+            thinking: Some("partial thought".into()),
+            text: Some("never".into()),
+            chunk: 7,
+            chunk_delay: std::time::Duration::from_secs(30),
+            ..Default::default()
+        })
+    };
+    let tmp = TempDir::new("pi16req-abort-thinking");
+    let pi_mock = MockModel::start(vec![step()]).await;
+    let dir = tmp.path().join("pi");
+    let (agent, home, ws) = (dir.join("agent"), dir.join("home"), dir.join("ws"));
+    for d in [&agent, &home, &ws] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let mut models = pi_mock.models_json();
+    models["providers"]["mockant"]["models"][0]["reasoning"] = json!(true);
+    std::fs::write(agent.join("models.json"), models.to_string()).unwrap();
+    let sessions = dir.join("sessions");
+    let theirs = tokio::task::block_in_place(|| {
+        let mut cmd = pi_bare_command(&pi, &ws, &agent, &home);
+        cmd.args([
+            "--provider",
+            "mockant",
+            "--model",
+            "mock-ant-1",
+            "--thinking",
+            "high",
+        ])
+        .args(["--no-tools", "--session-dir"])
+        .arg(&sessions)
+        .env("PI_PACKAGE_DIR", pi_e2e::pi16_package(&pi));
+        let mut p = PiRpc::spawn(cmd);
+        p.call(json!({"type": "prompt", "message": "think"}), |v| {
+            v["assistantMessageEvent"]["type"] == "thinking_delta"
+        });
+        p.call(json!({"type": "abort"}), |v| v["type"] == "agent_settled");
+        p.close();
+        last_stored_answer(&sessions)
+    });
+    let our_mock = MockModel::start(vec![step()]).await;
+    let mut model = pi_ai::Model::new(
+        pi_ai::Api::AnthropicMessages,
+        "mockant",
+        "mock-ant-1",
+        &our_mock.anthropic_base(),
+    );
+    model.api_key = Some("test-key".into());
+    model.reasoning = true;
+    model.context_window = 200_000;
+    model.max_tokens = 4_096;
+    model.thinking_level = Some(pi_ai::models::ThinkingLevel::High);
+    let odir = tmp.path().join("ours");
+    let c = compacting::compacting_agent(
+        &odir,
+        &odir.join("sessions"),
+        model,
+        None,
+        pi_core::agent::CompactionSettings::default(),
+        None,
+    );
+    let saw = Arc::new(SawThinking::default());
+    let _sub = c.agent.subscribe(saw.clone());
+    c.agent
+        .prompt(vec![pi_ai::Message::user_text("think")])
+        .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while !saw.0.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("no thinking delta");
+    assert!(c.agent.abort(), "nothing to abort");
+    c.idle().await;
+    let ours = serde_json::to_value(c.agent.messages().last().unwrap()).unwrap();
+    let fields = |m: &Value| {
+        pick(
+            m,
+            &[
+                "role",
+                "content",
+                "api",
+                "provider",
+                "model",
+                "stopReason",
+                "errorMessage",
+            ],
+        )
+    };
+    assert_eq!(fields(&ours), fields(&theirs));
+    assert_eq!(
+        fields(&ours)["content"],
+        json!([{"type": "thinking", "thinking": "partial", "thinkingSignature": ""}])
+    );
+}
+
+/// `openai-responses` with `compat.supportsMidConvoEffort`: an answer of the model that stored
+/// the effort it was told (`providerThinkingLevel`) gets its own `configuration_update` item
+/// before its items, and the new answer stores the request's effort, as Pi 1.6.0 does: the
+/// bodies (but system prompt and tool texts) and the stored answers' `providerThinkingLevel`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_replay_a_stored_effort_as_pi() {
+    let Some(pi) = pi16_bin("responses_replay_a_stored_effort_as_pi") else {
+        return;
+    };
+    let api = "openai-responses";
+    let mut entries = thinking_round("c/m1", api, json!({"type": "thinking", "thinking": "hmm"}));
+    entries[3]["message"]["providerThinkingLevel"] = json!("low");
+    let models = |mock: &MockModel| {
+        json!({"providers": {"c": {"baseUrl": mock.openai_base(), "api": api,
+            "apiKey": "test-key", "models": [{"id": "m1", "reasoning": true,
+            "contextWindow": 128000, "maxTokens": 4096,
+            "compat": {"supportsMidConvoEffort": true}}]}}})
+    };
+    let args = ["--thinking", "high", "--tools", "read,bash,edit,write"];
+    let (theirs, ours, (their_answer, our_answer)) =
+        continued_bodies(&pi, "pi16req-resp-effort", &models, "c/m1", &entries, &args).await;
+    let (theirs, ours) = (shape(&theirs), shape(&ours));
+    assert_eq!(ours, theirs);
+    let update = |e: &str| json!({"type": "configuration_update", "reasoning": {"effort": e}});
+    let items = ours["conversation"].as_array().unwrap();
+    let at = items.iter().position(|i| i == &update("low")).unwrap();
+    assert_eq!(items[at + 1]["content"][0]["text"], json!("done"));
+    assert_eq!(items.last().unwrap(), &update("high"));
+    assert_eq!(
+        (
+            &our_answer["providerThinkingLevel"],
+            &their_answer["providerThinkingLevel"]
+        ),
+        (&json!("high"), &json!("high"))
+    );
 }

@@ -40,6 +40,12 @@ pub const ABORTED_BEFORE_RESPONSE_TEXT_0_73: &str = "Request was aborted.";
 /// read: the fetch body read's `AbortError` (Node's words), which pi-ai passes on.
 pub const ANTHROPIC_ABORTED_TEXT: &str = "This operation was aborted";
 
+/// Pi 1.6.0's `errorMessage` for a run aborted before its first request was made (an abort
+/// during the compaction before the prompt: Pi's `agent_start` then aborts the run), on every
+/// wire: the request's setup (pi-ai `lazyStream`, auth resolution) fails with Node's
+/// `AbortError`, whose words these are.
+pub const SETUP_ABORTED_TEXT: &str = "This operation was aborted";
+
 /// Pi 1.6.0's `errorMessage` for an `openai-responses` stream aborted while its body was read:
 /// the SDK's stream ends quietly on an abort, and pi-ai's end-of-stream check words it.
 pub const RESPONSES_ABORTED_TEXT: &str =

@@ -637,13 +637,36 @@ impl ModelOverride {
 }
 
 /// `provider` (models.json's `compat` of a provider, a custom model or a `modelOverrides`
-/// entry) over `model`'s flags, key by key (a non-object replaces them; Pi 1.6's
-/// `mergeCompat`, without its nested merge of routing objects).
+/// entry) over `model`'s flags, key by key (a non-object replaces them), as Pi 1.6's
+/// `mergeCompat` (pi-coding-agent `core/provider-composer.js`): the objects under
+/// `openRouterRouting`, `vercelGatewayRouting`, `chatTemplateKwargs` and `chatTemplateArgs`
+/// merged key by key too when either side holds one there.
 fn merge_compat(model: &mut Value, provider: &Value) {
+    const NESTED: [&str; 4] = [
+        "openRouterRouting",
+        "vercelGatewayRouting",
+        "chatTemplateKwargs",
+        "chatTemplateArgs",
+    ];
     match (model.as_object_mut(), provider.as_object()) {
         (Some(m), Some(p)) => {
             for (k, v) in p {
-                m.insert(k.clone(), v.clone());
+                let nested = NESTED.contains(&k.as_str())
+                    && (v.is_object() || m.get(k).is_some_and(Value::is_object));
+                if nested {
+                    // `{...base, ...override}`: a side that is no object adds nothing.
+                    let mut merged = m
+                        .get(k)
+                        .and_then(Value::as_object)
+                        .cloned()
+                        .unwrap_or_default();
+                    if let Some(o) = v.as_object() {
+                        merged.extend(o.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    }
+                    m.insert(k.clone(), Value::Object(merged));
+                } else {
+                    m.insert(k.clone(), v.clone());
+                }
             }
         }
         _ => *model = provider.clone(),

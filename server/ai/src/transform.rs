@@ -261,7 +261,14 @@ fn convert_assistant(mut a: AssistantMessage, model: &Model, ids: &mut IdMap) ->
         .into_iter()
         .filter_map(|b| match b {
             ContentBlock::Thinking(_) if !same => None,
-            ContentBlock::Thinking(t) if t.redacted || t.thinking_signature.is_some() => {
+            // Pi 1.6 keeps a redacted or signed block (a non-empty signature: an aborted
+            // Anthropic answer's `""` signs nothing) even when its text is empty.
+            ContentBlock::Thinking(t)
+                if t.redacted
+                    || t.thinking_signature
+                        .as_deref()
+                        .is_some_and(|s| !s.is_empty()) =>
+            {
                 Some(ContentBlock::Thinking(t))
             }
             ContentBlock::Thinking(t) if t.thinking.trim().is_empty() => None,

@@ -280,6 +280,13 @@ pub struct AssistantMessage {
     /// streamed message's start and in files written without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking_level: Option<String>,
+    /// The effort the provider was told in the conversation itself (Pi 1.6's
+    /// `providerThinkingLevel`): an `openai-responses` model with
+    /// `compat.supportsMidConvoEffort` stores the `configuration_update` effort it was sent,
+    /// replayed before this answer's items to the same model. Absent otherwise. (Boxed: a
+    /// `Message`'s variants stay within 200 bytes of each other.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_thinking_level: Option<Box<String>>,
 }
 
 impl AssistantMessage {
@@ -298,6 +305,7 @@ impl AssistantMessage {
             error_message: None,
             timestamp: now_millis(),
             thinking_level: None,
+            provider_thinking_level: None,
         }
     }
 

@@ -194,6 +194,7 @@ fn equal_but_timestamp(a: &AssistantMessage, b: &AssistantMessage) -> bool {
         error_message,
         timestamp: _,
         thinking_level,
+        provider_thinking_level,
     } = a;
     *stop_reason == b.stop_reason
         && *content == b.content
@@ -206,6 +207,7 @@ fn equal_but_timestamp(a: &AssistantMessage, b: &AssistantMessage) -> bool {
         && *raw_stop_reason == b.raw_stop_reason
         && *error_message == b.error_message
         && *thinking_level == b.thinking_level
+        && *provider_thinking_level == b.provider_thinking_level
 }
 
 impl Repeats {

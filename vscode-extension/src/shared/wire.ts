@@ -84,7 +84,15 @@ rawStopReason?: string | null, errorMessage?: string | null, timestamp: number,
  * `thinkingLevel`, which its agent loop stamps on the finished message. Absent on a
  * streamed message's start and in files written without it.
  */
-thinkingLevel?: string | null, };
+thinkingLevel?: string | null, 
+/**
+ * The effort the provider was told in the conversation itself (Pi 1.6's
+ * `providerThinkingLevel`): an `openai-responses` model with
+ * `compat.supportsMidConvoEffort` stores the `configuration_update` effort it was sent,
+ * replayed before this answer's items to the same model. Absent otherwise. (Boxed: a
+ * `Message`'s variants stay within 200 bytes of each other.)
+ */
+providerThinkingLevel?: string | null, };
 
 export type ToolResultMessage = { toolCallId: string, 
 /**

@@ -41,6 +41,11 @@ fn cache_control(model: &Model, options: &StreamOptions) -> Option<Value> {
     }
 }
 
+/// `compat.allowEmptySignature` (Pi 1.6's `getAnthropicCompat`, default false).
+fn allow_empty_signature(model: &Model) -> bool {
+    model.compat.get("allowEmptySignature") == Some(&Value::Bool(true))
+}
+
 fn image(i: &crate::types::ImageContent) -> Value {
     json!({"type":"image","source":{"type":"base64","media_type":i.mime_type,"data":&*i.data}})
 }
@@ -81,18 +86,25 @@ fn result_content(blocks: &[ContentBlock]) -> Value {
     Value::Array(out)
 }
 
-fn assistant_block(b: &ContentBlock) -> Option<Value> {
+/// One assistant block as Pi 1.6's `convertMessages` sends it. Thinking with a signature goes
+/// as thinking (even when its text is empty); thinking without one (an aborted stream's) goes
+/// as text, or with `allow_empty_signature` (`compat.allowEmptySignature`) as thinking with
+/// `"signature": ""`; without text or signature it is left out.
+fn assistant_block(b: &ContentBlock, allow_empty_signature: bool) -> Option<Value> {
     match b {
         ContentBlock::Text(t) if t.text.trim().is_empty() => None,
         ContentBlock::Text(t) => Some(json!({"type":"text","text":t.text})),
         ContentBlock::Thinking(t) if t.redacted => Some(
             json!({"type":"redacted_thinking","data":t.thinking_signature.as_deref().unwrap_or("")}),
         ),
-        ContentBlock::Thinking(t) if t.thinking.trim().is_empty() => None,
-        ContentBlock::Thinking(t) => match t.thinking_signature.as_deref().map(str::trim) {
-            Some(sig) if !sig.is_empty() => Some(
-                json!({"type":"thinking","thinking":t.thinking,"signature":t.thinking_signature}),
-            ),
+        ContentBlock::Thinking(t) => match t.thinking_signature.as_deref() {
+            Some(sig) if !sig.trim().is_empty() => {
+                Some(json!({"type":"thinking","thinking":t.thinking,"signature":sig}))
+            }
+            _ if t.thinking.trim().is_empty() => None,
+            _ if allow_empty_signature => {
+                Some(json!({"type":"thinking","thinking":t.thinking,"signature":""}))
+            }
             // Thinking without a signature cannot be replayed as thinking: send it as text.
             _ => Some(json!({"type":"text","text":t.thinking})),
         },
@@ -118,6 +130,7 @@ pub fn convert_messages(model: &Model, messages: &[Message], cache: Option<&Valu
         &transform_messages(messages, model),
         0,
         cache,
+        allow_empty_signature(model),
         &mut out,
         &mut |_, _| {},
     );
@@ -134,6 +147,7 @@ fn convert_from(
     msgs: &[Message],
     start: usize,
     cache: Option<&Value>,
+    allow_empty_signature: bool,
     values: &mut Vec<Value>,
     step: &mut dyn FnMut(usize, usize),
 ) {
@@ -151,7 +165,10 @@ fn convert_from(
             Message::User(u) => ("user", user_blocks(&u.content)),
             Message::Assistant(a) => (
                 "assistant",
-                a.content.iter().filter_map(assistant_block).collect(),
+                a.content
+                    .iter()
+                    .filter_map(|b| assistant_block(b, allow_empty_signature))
+                    .collect(),
             ),
             Message::ToolResult(r) => (
                 "user",
@@ -186,30 +203,12 @@ fn convert_from(
 /// The first system block Pi sends with an OAuth token.
 const OAUTH_IDENTITY: &str = "You are Claude Code, Anthropic's official CLI for Claude.";
 
-/// True for models with adaptive thinking (Pi's `supportsAdaptiveThinking`: Opus 4.6 / 4.7,
-/// Sonnet 4.6).
-fn adaptive_thinking(id: &str) -> bool {
-    [
-        "opus-4-6",
-        "opus-4.6",
-        "opus-4-7",
-        "opus-4.7",
-        "sonnet-4-6",
-        "sonnet-4.6",
-    ]
-    .iter()
-    .any(|k| id.contains(k))
-}
-
-/// Whether `model` thinks adaptively: Pi 1.6 decides by the model's
-/// `compat.forceAdaptiveThinking` (the catalogue sets it); a model without the flag
-/// (models.json) falls back on the id, as Pi 0.73.1 did.
+/// Whether `model` thinks adaptively: Pi 1.6's `compat.forceAdaptiveThinking === true`
+/// (`streamSimple` in pi-ai's `anthropic-messages.js`), set by the catalogue for the models
+/// that have it; a models.json model without the flag thinks with a budget, whatever its id
+/// (Pi 1.6.0 sends a custom `claude-opus-4-6` budget thinking).
 fn is_adaptive(model: &Model) -> bool {
-    model
-        .compat
-        .get("forceAdaptiveThinking")
-        .and_then(Value::as_bool)
-        .unwrap_or_else(|| adaptive_thinking(&model.id))
+    model.compat.get("forceAdaptiveThinking") == Some(&Value::Bool(true))
 }
 
 /// Whether a request for `model` asks for thinking: a reasoning model whose level, clamped
@@ -299,6 +298,7 @@ pub fn request_bytes(
     cache: &super::openai_completions::RequestCache,
 ) -> Result<Vec<u8>, serde_json::Error> {
     let cc = cache_control(model, options);
+    let allow_empty = allow_empty_signature(model);
     let mut body = body_around(model, context, options, cc.as_ref(), Vec::new());
     if !context.tools.is_empty() {
         body["tools"] = json!([]);
@@ -307,6 +307,7 @@ pub fn request_bytes(
         body,
         list: "messages",
         lead: None,
+        trail: None,
         tools: &context.tools,
         // The tool list's bytes hold the mark: kept only for the same one (`null`: none).
         tools_salt: cc.clone().unwrap_or(Value::Null),
@@ -319,7 +320,7 @@ pub fn request_bytes(
         &context.messages,
         shell,
         || tools_value(model, &context.tools, cc.as_ref()),
-        |msgs, start, out, step| convert_from(msgs, start, cc.as_ref(), out, step),
+        |msgs, start, out, step| convert_from(msgs, start, cc.as_ref(), allow_empty, out, step),
     )?;
     match bytes {
         Some(bytes) => Ok(bytes),
@@ -404,7 +405,8 @@ fn anthropic_strict_unsupported(key: &str, value: &Value) -> bool {
 /// JSON-schema sampling when `compat.supportsStrictTools` is true and its schema has a strict
 /// form Anthropic takes, the schema as `{type, properties, required}` plus its
 /// `additionalProperties`, `$defs` and `definitions` (a strict one: its strict form with those
-/// keys set so), `cc` (when the request has one) on the last (Pi 1.6's `convertTools`).
+/// keys set so), `cc` (when the request has one, unless `compat.supportsCacheControlOnTools`
+/// is false) on the last (Pi 1.6's `convertTools`).
 fn tools_value(model: &Model, tools: &[ToolSpec], cc: Option<&Value>) -> Value {
     let flag = |name: &str, default: bool| {
         model
@@ -415,6 +417,8 @@ fn tools_value(model: &Model, tools: &[ToolSpec], cc: Option<&Value>) -> Value {
     };
     let eager = flag("supportsEagerToolInputStreaming", true);
     let supports_strict = flag("supportsStrictTools", false);
+    // `compat.supportsCacheControlOnTools: false`: no mark on the last tool.
+    let cc = cc.filter(|_| flag("supportsCacheControlOnTools", true));
     let n = tools.len();
     tools
         .iter()
@@ -606,6 +610,38 @@ fn beta_features(model: &Model, has_tools: bool) -> Option<String> {
     (!seen.is_empty()).then(|| seen.join(","))
 }
 
+/// Pi 1.6's session affinity header for `anthropic-messages` (`createClient`): with
+/// `compat.sendSessionAffinityHeaders` (default: OpenRouter, the provider or its URL) and a
+/// request that caches (not [`CacheRetention::None`]), the session id as `x-session-id` with
+/// the `openrouter` `compat.sessionAffinityFormat` (OpenRouter's default), else as
+/// `x-session-affinity`.
+pub fn session_headers(model: &Model, options: &StreamOptions) -> Vec<(String, String)> {
+    let openrouter = model.provider == "openrouter" || model.base_url.contains("openrouter.ai");
+    let send = model
+        .compat
+        .get("sendSessionAffinityHeaders")
+        .and_then(Value::as_bool)
+        .unwrap_or(openrouter);
+    let Some(id) = options
+        .session_id
+        .as_deref()
+        .filter(|_| send && options.cache_retention() != CacheRetention::None)
+    else {
+        return Vec::new();
+    };
+    let format = model
+        .compat
+        .get("sessionAffinityFormat")
+        .and_then(Value::as_str)
+        .or(openrouter.then_some("openrouter"));
+    let name = if format == Some("openrouter") {
+        "x-session-id"
+    } else {
+        "x-session-affinity"
+    };
+    vec![(name.to_string(), id.to_string())]
+}
+
 /// The request headers for `context` on `model`: version, key (`x-api-key`, or a bearer for
 /// an OAuth token), the model's own headers, and one `anthropic-beta` with
 /// [`beta_features`] (a model's own `anthropic-beta` is folded into it, never sent twice).
@@ -703,8 +739,13 @@ pub(super) async fn stream_body(
                 match cb.get("type").and_then(Value::as_str) {
                     Some("text") => b.text_delta(&key, cb["text"].as_str().unwrap_or("")).await,
                     Some("thinking") => {
-                        b.thinking_delta(&key, cb["thinking"].as_str().unwrap_or(""))
-                            .await
+                        let r = b
+                            .thinking_delta(&key, cb["thinking"].as_str().unwrap_or(""))
+                            .await;
+                        // Pi 1.6 stores the block's `signature ?? ""` from its start: an answer
+                        // aborted before the signature came keeps `thinkingSignature: ""`.
+                        b.thinking_signature(&key, cb["signature"].as_str().unwrap_or(""));
+                        r
                     }
                     Some("redacted_thinking") => {
                         let r = b.thinking_delta(&key, "").await;
@@ -964,7 +1005,14 @@ mod tests {
             build_request(&m, &ctx, &opts)["thinking"],
             json!({"type":"disabled"})
         );
+        // An adaptive model's id without the catalogue's flag thinks with a budget (Pi 1.6.0).
         m.id = "claude-opus-4-7".into();
+        m.thinking_level = Some(ThinkingLevel::High);
+        assert_eq!(
+            build_request(&m, &ctx, &opts)["thinking"],
+            json!({"type":"enabled","budget_tokens":16384,"display":"summarized"})
+        );
+        m.compat = json!({"forceAdaptiveThinking": true});
         m.thinking_level_map = Some(json!({"xhigh":"xhigh"}));
         m.thinking_level = Some(ThinkingLevel::Xhigh);
         let b = build_request(&m, &ctx, &opts);

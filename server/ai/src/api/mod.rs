@@ -177,7 +177,11 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                 anthropic_messages::build_request,
                 of,
             ),
-            anthropic_messages::request_headers(&model, context),
+            {
+                let mut headers = anthropic_messages::request_headers(&model, context);
+                headers.extend(anthropic_messages::session_headers(&model, &options));
+                headers
+            },
         ),
         Api::OpenaiCompletions => (
             body_of(

@@ -39,9 +39,30 @@ pub struct Compat {
     pub supports_strict_mode: bool,
     /// Whether `reasoning_effort` is accepted (OpenAI style).
     pub supports_reasoning_effort: bool,
-    /// How thinking is switched: `openai`, `deepseek`, `zai`, `qwen`, `qwen-chat-template`,
-    /// `openrouter`.
+    /// `compat.requiresNonNullAssistantContent`: an assistant message of tool calls only
+    /// carries `"content": ""` instead of `null`.
+    pub requires_non_null_assistant_content: bool,
+    /// `compat.requiresToolsWithToolHistory`: `"tools": []` when the request has no tools but
+    /// its history has tool calls or results (proxies in front of Anthropic).
+    pub requires_tools_with_tool_history: bool,
+    /// How thinking is switched (Pi 1.6's `thinkingFormat`, [`apply_reasoning`]): `openai`,
+    /// `deepseek`, `zai`, `qwen`, `qwen-chat-template`, `chat-template`, `baseten`,
+    /// `openrouter`, `ant-ling`, `together`, `string-thinking`; any other value as `openai`.
     pub thinking_format: String,
+    /// `compat.chatTemplateKwargs` (format `chat-template`): the `chat_template_kwargs`
+    /// object's entries before resolution ([`chat_template_values`]).
+    pub chat_template_kwargs: serde_json::Map<String, Value>,
+    /// `compat.chatTemplateArgs` (format `baseten`): the `chat_template_args` entries.
+    pub chat_template_args: serde_json::Map<String, Value>,
+    /// `compat.zaiToolStream`: `"tool_stream": true` beside a non-empty tool list.
+    pub zai_tool_stream: bool,
+    /// The top-level field that caps reasoning with the level's thinking budget:
+    /// `compat.thinkingTokenBudgetField`, else `thinking_token_budget` with
+    /// `compat.supportsThinkingTokenBudget`, else none (Pi 1.6's
+    /// `resolveThinkingTokenBudgetField`).
+    pub thinking_token_budget_field: Option<String>,
+    /// `compat.vllmPriority`: sent as `priority`, whatever its JSON value.
+    pub vllm_priority: Option<Value>,
     /// `compat.cacheControlFormat`: `"anthropic"` puts Anthropic's `cache_control` marks on
     /// the system prompt, the last tool and the last conversation message with text (Pi 1.6
     /// detects it for OpenRouter's `anthropic/…` models).
@@ -64,15 +85,25 @@ impl Compat {
     pub fn for_model(model: &Model) -> Compat {
         let p = model.provider.as_str();
         let url = model.base_url.as_str();
-        let zai = p == "zai" || url.contains("api.z.ai");
-        let moonshot = p.starts_with("moonshotai") || url.contains("api.moonshot.");
+        // Pi 1.6's `detectCompat`, host by host.
+        let zai = p == "zai"
+            || p == "zai-coding-cn"
+            || url.contains("api.z.ai")
+            || url.contains("open.bigmodel.cn");
+        let together =
+            p == "together" || url.contains("api.together.ai") || url.contains("api.together.xyz");
+        let moonshot = p == "moonshotai" || p == "moonshotai-cn" || url.contains("api.moonshot.");
         let cf_gateway = p == "cloudflare-ai-gateway" || url.contains("gateway.ai.cloudflare.com");
         let cf_workers = p == "cloudflare-workers-ai" || url.contains("api.cloudflare.com");
-        let deepseek = p == "deepseek" || url.contains("deepseek.com");
-        let non_standard = p == "cerebras"
-            || url.contains("cerebras.ai")
-            || p == "xai"
-            || url.contains("api.x.ai")
+        let nvidia = p == "nvidia" || url.contains("integrate.api.nvidia.com");
+        let ant_ling = p == "ant-ling" || url.contains("api.ant-ling.com");
+        let cerebras = p == "cerebras" || url.contains("cerebras.ai");
+        let deepseek = p == "deepseek" || url.to_lowercase().contains("deepseek.com");
+        let grok = p == "xai" || url.contains("api.x.ai");
+        let non_standard = nvidia
+            || cerebras
+            || grok
+            || together
             || url.contains("chutes.ai")
             || deepseek
             || zai
@@ -80,21 +111,29 @@ impl Compat {
             || p == "opencode"
             || url.contains("opencode.ai")
             || cf_workers
-            || cf_gateway;
-        let use_max_tokens = url.contains("chutes.ai") || moonshot || cf_gateway;
-        let openrouter = p == "openrouter" || url.contains("openrouter.ai");
-        let short_cache_only = p == "together"
-            || url.contains("api.together.ai")
-            || url.contains("api.together.xyz")
-            || cf_workers
             || cf_gateway
-            || p == "nvidia"
-            || url.contains("integrate.api.nvidia.com")
-            || p == "ant-ling"
-            || url.contains("api.ant-ling.com");
+            || ant_ling;
+        let use_max_tokens = url.contains("chutes.ai")
+            || deepseek
+            || moonshot
+            || cf_gateway
+            || together
+            || nvidia
+            || ant_ling
+            || zai;
+        let openrouter = p == "openrouter" || url.contains("openrouter.ai");
+        let short_cache_only = together || cf_workers || cf_gateway || nvidia || ant_ling;
         let c = &model.compat;
-        let text = |k: &str| c.get(k).and_then(Value::as_str).map(str::to_string);
-        let flag = |k: &str, d: bool| c.get(k).and_then(Value::as_bool).unwrap_or(d);
+        // JavaScript's `??`: an explicit `null` is unset.
+        let set = |k: &str| c.get(k).filter(|v| !v.is_null());
+        let text = |k: &str| set(k).and_then(Value::as_str).map(str::to_string);
+        let flag = |k: &str, d: bool| set(k).map_or(d, truthy);
+        let object = |k: &str| {
+            set(k)
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default()
+        };
         Compat {
             supports_store: flag("supportsStore", !non_standard),
             // Pi 1.6 (`detectCompat`): the developer role is OpenAI's; other hosts' chat
@@ -104,15 +143,16 @@ impl Compat {
                 p == "openai" || url.contains("api.openai.com"),
             ),
             supports_usage_in_streaming: flag("supportsUsageInStreaming", true),
-            max_tokens_field: c
-                .get("maxTokensField")
-                .and_then(Value::as_str)
-                .unwrap_or(if use_max_tokens {
-                    "max_tokens"
-                } else {
-                    "max_completion_tokens"
-                })
-                .to_string(),
+            // Pi 1.6 sends `max_tokens` for that value and `max_completion_tokens` for any
+            // other.
+            max_tokens_field: if text("maxTokensField")
+                .map_or(use_max_tokens, |f| f == "max_tokens")
+            {
+                "max_tokens"
+            } else {
+                "max_completion_tokens"
+            }
+            .to_string(),
             requires_tool_result_name: flag("requiresToolResultName", false),
             requires_assistant_after_tool_result: flag("requiresAssistantAfterToolResult", false),
             requires_thinking_as_text: flag("requiresThinkingAsText", false),
@@ -125,21 +165,36 @@ impl Compat {
             supports_strict_mode: flag("supportsStrictMode", false),
             supports_reasoning_effort: flag(
                 "supportsReasoningEffort",
-                !(p == "xai" || url.contains("api.x.ai") || zai || moonshot || cf_gateway),
+                !(grok || zai || moonshot || together || cf_gateway || nvidia || ant_ling),
             ),
-            thinking_format: c
-                .get("thinkingFormat")
-                .and_then(Value::as_str)
-                .unwrap_or(if deepseek {
+            requires_non_null_assistant_content: flag("requiresNonNullAssistantContent", false),
+            requires_tools_with_tool_history: flag("requiresToolsWithToolHistory", false),
+            thinking_format: text("thinkingFormat").unwrap_or_else(|| {
+                if deepseek {
                     "deepseek"
                 } else if zai {
                     "zai"
-                } else if p == "openrouter" || url.contains("openrouter.ai") {
+                } else if together {
+                    "together"
+                } else if ant_ling {
+                    "ant-ling"
+                } else if openrouter {
                     "openrouter"
                 } else {
                     "openai"
-                })
-                .to_string(),
+                }
+                .to_string()
+            }),
+            chat_template_kwargs: object("chatTemplateKwargs"),
+            chat_template_args: object("chatTemplateArgs"),
+            zai_tool_stream: flag("zaiToolStream", false),
+            thinking_token_budget_field: text("thinkingTokenBudgetField")
+                .filter(|f| !f.is_empty())
+                .or_else(|| {
+                    flag("supportsThinkingTokenBudget", false)
+                        .then(|| "thinking_token_budget".to_string())
+                }),
+            vllm_priority: set("vllmPriority").cloned(),
             cache_control_format: text("cacheControlFormat").or_else(|| {
                 (p == "openrouter" && model.id.starts_with("anthropic/"))
                     .then(|| "anthropic".to_string())
@@ -150,6 +205,17 @@ impl Compat {
             session_affinity_format: text("sessionAffinityFormat")
                 .unwrap_or_else(|| if openrouter { "openrouter" } else { "openai" }.to_string()),
         }
+    }
+}
+
+/// JavaScript's truthiness of a JSON value (how Pi 1.6 tests a `compat` flag).
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(_) | Value::Object(_) => true,
     }
 }
 
@@ -252,7 +318,8 @@ fn convert_from(
                     })
                     .collect();
                 let mut msg = json!({"role":"assistant","content":
-                    if compat.requires_assistant_after_tool_result { json!("") } else { Value::Null }});
+                    if compat.requires_assistant_after_tool_result
+                        || compat.requires_non_null_assistant_content { json!("") } else { Value::Null }});
                 if !text.is_empty() {
                     msg["content"] = Value::String(text.clone());
                 }
@@ -539,9 +606,9 @@ pub fn request_bytes(
         Some(p) => p.compat.clone(),
         None => Compat::for_model(model),
     };
-    if compat.max_tokens_field == "tools" || cache_control(&compat, options).is_some() {
-        // The tool list would not be the body's last key (see `spliced_shell`); Anthropic-
-        // format cache marks go on the last message with text, which may be a cached one.
+    if cache_control(&compat, options).is_some() {
+        // Anthropic-format cache marks go on the last message with text, which may be a
+        // cached one.
         if let (Some(slot), Some(p)) = (slot.as_mut(), prior) {
             **slot = Some(p);
         }
@@ -782,26 +849,61 @@ fn body_around(
     if compat.supports_store {
         body["store"] = json!(false);
     }
-    body[compat.max_tokens_field.as_str()] = json!(options.output_tokens(model));
+    let output = options.output_tokens(model);
+    body[compat.max_tokens_field.as_str()] = json!(output);
     apply_prompt_cache(model, compat, options, &mut body);
-    apply_reasoning(model, compat, &mut body);
+    if !context.tools.is_empty() {
+        if compat.zai_tool_stream {
+            body["tool_stream"] = json!(true);
+        }
+    } else if compat.requires_tools_with_tool_history
+        && context.messages.iter().any(|m| match m {
+            Message::ToolResult(_) => true,
+            Message::Assistant(a) => !a.tool_calls().is_empty(),
+            Message::User(_) | Message::System(_) => false,
+        })
+    {
+        // Proxies in front of Anthropic need `tools` whenever the history has tool turns.
+        body["tools"] = json!([]);
+    }
+    if let Some(priority) = &compat.vllm_priority {
+        body["priority"] = priority.clone();
+    }
+    apply_reasoning(model, compat, output, &mut body);
+    apply_routing(model, &mut body);
     // Pi 1.6's `resolveSamplingParams`: last over the named fields (before the tools, which
     // `request_bytes` puts in as the last key).
     model.apply_sampling_params(&mut body);
-    if !context.tools.is_empty() {
-        // The last key: `request_bytes` puts the list in after serialising the rest.
-        if with_tools {
-            body["tools"] = tools_value(compat, &context.tools);
-        }
-    } else if context.messages.iter().any(|m| match m {
-        Message::ToolResult(_) => true,
-        Message::Assistant(a) => !a.tool_calls().is_empty(),
-        Message::User(_) | Message::System(_) => false,
-    }) {
-        // Proxies in front of Anthropic need `tools` whenever the history has tool turns (Pi).
-        body["tools"] = json!([]);
+    // The last key: `request_bytes` puts the list in after serialising the rest.
+    if with_tools && !context.tools.is_empty() {
+        body["tools"] = tools_value(compat, &context.tools);
     }
     body
+}
+
+/// Pi 1.6's provider routing fields, read from the model's `compat` as given (not the
+/// resolved flags): `compat.openRouterRouting` (any value JavaScript holds true, `{}` too)
+/// as `provider`; `compat.vercelGatewayRouting` with `only` or `order` as
+/// `providerOptions.gateway` holding those two.
+fn apply_routing(model: &Model, body: &mut Value) {
+    if let Some(routing) = model.compat.get("openRouterRouting").filter(|v| truthy(v)) {
+        body["provider"] = routing.clone();
+    }
+    if let Some(routing) = model
+        .compat
+        .get("vercelGatewayRouting")
+        .filter(|v| truthy(v))
+    {
+        let mut gateway = serde_json::Map::new();
+        for key in ["only", "order"] {
+            if let Some(v) = routing.get(key).filter(|v| truthy(v)) {
+                gateway.insert(key.to_string(), v.clone());
+            }
+        }
+        if !gateway.is_empty() {
+            body["providerOptions"] = json!({ "gateway": gateway });
+        }
+    }
 }
 
 /// The request's `tools`: each spec as a `function`, with `strict` where the server takes it
@@ -823,56 +925,197 @@ fn tools_value(compat: &Compat, tools: &[ToolSpec]) -> Value {
         .collect()
 }
 
-/// Maps the model's thinking level onto the request per `compat.thinkingFormat` (Pi
-/// `buildParams`): `openai` → `reasoning_effort` (the level, or its `thinkingLevelMap` value;
-/// for `off` only a mapped string), `deepseek` → `thinking.type` plus `reasoning_effort`,
-/// `zai` / `qwen` → `enable_thinking`, `qwen-chat-template` → `chat_template_kwargs`,
-/// `openrouter` → `reasoning.effort`. Nothing when the model does not reason or no level is
-/// set.
-fn apply_reasoning(model: &Model, compat: &Compat, body: &mut Value) {
+/// Maps the model's thinking level onto the request per `compat.thinkingFormat`, as Pi 1.6's
+/// `buildParams` does; nothing for a model that does not reason or when no level is set. The
+/// effort is the level clamped to the model's, none for `off`; "mapped" is its
+/// `thinkingLevelMap` value (`null` there: a level the provider lacks):
+/// - `zai`: `thinking` `{type: enabled, clear_thinking: false}` / `{type: disabled}`, and
+///   with `supportsReasoningEffort` the mapped (else the level) string as `reasoning_effort`;
+/// - `qwen`: `enable_thinking`, and `reasoning_effort` as for `zai`;
+/// - `qwen-chat-template`: `chat_template_kwargs` `{enable_thinking, preserve_thinking: true}`;
+/// - `chat-template` / `baseten`: `chat_template_kwargs` / `chat_template_args` from
+///   `compat.chatTemplateKwargs` / `chatTemplateArgs` ([`chat_template_values`]); `baseten`
+///   also the mapped (off: `off`'s) string as `reasoning_effort`;
+/// - `deepseek`: `thinking.type` enabled / disabled (none when `off` maps to `null`) and the
+///   mapped effort as `reasoning_effort`;
+/// - `openrouter`: `reasoning.effort`, the mapped level, or for `off` `off`'s value or `none`;
+/// - `ant-ling`: `reasoning.effort` when the level maps to a string;
+/// - `together`: `reasoning.enabled` and the mapped effort as `reasoning_effort`;
+/// - `string-thinking`: `thinking` as a string (the mapped level; `off`: its value or `none`);
+/// - otherwise (`openai`) with `supportsReasoningEffort`: `reasoning_effort`, the mapped
+///   level, or for `off` `off`'s value when it is a string.
+///
+/// Then, whatever the format, the level's thinking budget ([`Model::thinking_budgets`],
+/// settings `thinkingBudgets`) capped to leave 1,024 tokens of the request's `output` limit
+/// under [`Compat::thinking_token_budget_field`] when it is more than 0.
+fn apply_reasoning(model: &Model, compat: &Compat, output: u64, body: &mut Value) {
     let Some(level) = model.thinking_level.filter(|_| model.reasoning) else {
         return;
     };
     let level = model.clamp_thinking_level(level);
-    let effort = (level != ThinkingLevel::Off).then(|| {
+    let effort = (level != ThinkingLevel::Off).then_some(level);
+    let map = |l: &str| -> Option<Value> {
         model
-            .mapped_thinking_value(level)
-            .unwrap_or_else(|| level.as_str().to_string())
+            .thinking_level_map
+            .as_ref()
+            .and_then(|m| m.get(l))
+            .cloned()
+    };
+    // `map[level] ?? level`: the mapped value unless absent or `null`.
+    let mapped_or_level = |e: ThinkingLevel| -> Value {
+        map(e.as_str())
+            .filter(|v| !v.is_null())
+            .unwrap_or_else(|| json!(e.as_str()))
+    };
+    // `map.off !== null`: `off` is not marked unsupported.
+    let off_allowed = map("off").is_none_or(|v| !v.is_null());
+    let sre = compat.supports_reasoning_effort;
+    let budget = effort.and_then(|e| {
+        let b = model
+            .thinking_budgets
+            .for_level(e)
+            .min(output.saturating_sub(1_024));
+        (b > 0).then_some(b)
     });
     match compat.thinking_format.as_str() {
-        "zai" | "qwen" => body["enable_thinking"] = json!(effort.is_some()),
-        "qwen-chat-template" => {
-            body["chat_template_kwargs"] =
-                json!({"enable_thinking": effort.is_some(), "preserve_thinking": true})
-        }
-        "deepseek" => {
-            body["thinking"] =
-                json!({"type": if effort.is_some() { "enabled" } else { "disabled" }});
-            if let Some(e) = effort {
-                body["reasoning_effort"] = json!(e);
-            }
-        }
-        "openrouter" => {
-            let off = model.thinking_level_map.as_ref().and_then(|m| m.get("off"));
-            match (effort, off) {
-                (Some(e), _) => body["reasoning"] = json!({"effort": e}),
-                (None, Some(Value::Null)) => {}
-                (None, off) => {
-                    body["reasoning"] =
-                        json!({"effort": off.and_then(Value::as_str).unwrap_or("none")})
+        "zai" => {
+            body["thinking"] = match effort {
+                Some(_) => json!({"type": "enabled", "clear_thinking": false}),
+                None => json!({"type": "disabled"}),
+            };
+            if let Some(e) = effort.filter(|_| sre) {
+                // `mapped === undefined ? level : mapped`, kept only as a string.
+                let v = map(e.as_str()).unwrap_or_else(|| json!(e.as_str()));
+                if v.is_string() {
+                    body["reasoning_effort"] = v;
                 }
             }
         }
-        _ if compat.supports_reasoning_effort => match effort {
-            Some(e) => body["reasoning_effort"] = json!(e),
+        "qwen" => {
+            body["enable_thinking"] = json!(effort.is_some());
+            if let Some(e) = effort.filter(|_| sre) {
+                let v = mapped_or_level(e);
+                if v.is_string() {
+                    body["reasoning_effort"] = v;
+                }
+            }
+        }
+        "qwen-chat-template" => {
+            body["chat_template_kwargs"] =
+                json!({"enable_thinking": effort.is_some(), "preserve_thinking": true});
+        }
+        "chat-template" => {
+            if let Some(v) =
+                chat_template_values(model, effort, &compat.chat_template_kwargs, budget)
+            {
+                body["chat_template_kwargs"] = v;
+            }
+        }
+        "baseten" => {
+            if let Some(v) = chat_template_values(model, effort, &compat.chat_template_args, budget)
+            {
+                body["chat_template_args"] = v;
+            }
+            if sre {
+                let v = match effort {
+                    Some(e) => map(e.as_str()).unwrap_or_else(|| json!(e.as_str())),
+                    None => map("off").unwrap_or(Value::Null),
+                };
+                if v.is_string() {
+                    body["reasoning_effort"] = v;
+                }
+            }
+        }
+        "deepseek" => {
+            if effort.is_some() {
+                body["thinking"] = json!({"type": "enabled"});
+            } else if off_allowed {
+                body["thinking"] = json!({"type": "disabled"});
+            }
+            if let Some(e) = effort.filter(|_| sre) {
+                body["reasoning_effort"] = mapped_or_level(e);
+            }
+        }
+        "openrouter" => match effort {
+            Some(e) => body["reasoning"] = json!({"effort": mapped_or_level(e)}),
+            None if off_allowed => {
+                body["reasoning"] = json!({"effort": map("off").unwrap_or(json!("none"))})
+            }
+            None => {}
+        },
+        "ant-ling" => {
+            if let Some(v) = effort
+                .and_then(|e| map(e.as_str()))
+                .filter(Value::is_string)
+            {
+                body["reasoning"] = json!({ "effort": v });
+            }
+        }
+        "together" => {
+            body["reasoning"] = json!({"enabled": effort.is_some()});
+            if let Some(e) = effort.filter(|_| sre) {
+                body["reasoning_effort"] = mapped_or_level(e);
+            }
+        }
+        "string-thinking" => match effort {
+            Some(e) => body["thinking"] = mapped_or_level(e),
+            None if off_allowed => body["thinking"] = map("off").unwrap_or(json!("none")),
+            None => {}
+        },
+        _ if sre => match effort {
+            Some(e) => body["reasoning_effort"] = mapped_or_level(e),
             None => {
-                if let Some(off) = model.mapped_thinking_value(ThinkingLevel::Off) {
-                    body["reasoning_effort"] = json!(off);
+                if let Some(off) = map("off").filter(Value::is_string) {
+                    body["reasoning_effort"] = off;
                 }
             }
         },
         _ => {}
     }
+    if let (Some(field), Some(budget)) = (&compat.thinking_token_budget_field, budget) {
+        body[field.as_str()] = json!(budget);
+    }
+}
+
+/// Pi 1.6's `buildChatTemplateValues`: each entry of `values` resolved — a value that is not
+/// an object (or array) as it is; an object with `omitWhenOff` left out when thinking is off;
+/// `{"$var": "thinking.enabled"}` whether it is on; `{"$var": "thinking.budget"}` the
+/// thinking budget (left out without one); any other object the level's `thinkingLevelMap`
+/// value (`off`'s when off; the level itself when unmapped; left out when it maps to a
+/// non-string). `None` when nothing is left.
+fn chat_template_values(
+    model: &Model,
+    effort: Option<ThinkingLevel>,
+    values: &serde_json::Map<String, Value>,
+    budget: Option<u64>,
+) -> Option<Value> {
+    let mut out = serde_json::Map::new();
+    for (key, value) in values {
+        let resolved = match value {
+            Value::Object(_) | Value::Array(_) => {
+                if effort.is_none() && value.get("omitWhenOff").is_some_and(truthy) {
+                    None
+                } else if value.get("$var") == Some(&json!("thinking.enabled")) {
+                    Some(json!(effort.is_some()))
+                } else if value.get("$var") == Some(&json!("thinking.budget")) {
+                    budget.map(|b| json!(b))
+                } else {
+                    let level = effort.map_or("off", ThinkingLevel::as_str);
+                    let mapped = model.thinking_level_map.as_ref().and_then(|m| m.get(level));
+                    match mapped {
+                        None => effort.map(|e| json!(e.as_str())),
+                        Some(v) if v.is_string() => Some(v.clone()),
+                        Some(_) => None,
+                    }
+                }
+            }
+            other => Some(other.clone()),
+        };
+        if let Some(v) = resolved {
+            out.insert(key.clone(), v);
+        }
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
 }
 
 /// `finish_reason` → stop reason, or the error text for a failure reason (Pi's mapping).
@@ -1234,14 +1477,109 @@ mod tests {
             (b["thinking"].clone(), b.get("reasoning_effort").cloned()),
             (json!({"type":"disabled"}), None)
         );
+        // Z.ai (detected: no `reasoning_effort`) switches thinking with its `thinking` object.
         let mut z = reasoning_model("zai");
         z.thinking_level = Some(ThinkingLevel::Low);
-        assert_eq!(build_request(&z, &ctx, &opts)["enable_thinking"], true);
+        let b = build_request(&z, &ctx, &opts);
+        assert_eq!(
+            (
+                b["thinking"].clone(),
+                b.get("reasoning_effort"),
+                b.get("enable_thinking")
+            ),
+            (json!({"type":"enabled","clear_thinking":false}), None, None)
+        );
+        z.thinking_level = Some(ThinkingLevel::Off);
+        assert_eq!(
+            build_request(&z, &ctx, &opts)["thinking"],
+            json!({"type":"disabled"})
+        );
+        let mut q = reasoning_model("local");
+        q.compat = json!({"thinkingFormat": "qwen"});
+        q.thinking_level = Some(ThinkingLevel::High);
+        let b = build_request(&q, &ctx, &opts);
+        assert_eq!(
+            (b["enable_thinking"].clone(), b["reasoning_effort"].clone()),
+            (json!(true), json!("high"))
+        );
         let mut o = reasoning_model("openrouter");
         o.thinking_level = Some(ThinkingLevel::Off);
         assert_eq!(
             build_request(&o, &ctx, &opts)["reasoning"],
             json!({"effort":"none"})
+        );
+    }
+
+    /// Pi 1.6's `chat-template` values, thinking budget field, priority and routing: each
+    /// variable resolved, the budget capped to leave 1,024 of the output limit, the routing
+    /// objects as given.
+    #[test]
+    fn chat_template_budget_priority_and_routing() {
+        let ctx = Context::default();
+        let opts = StreamOptions::default();
+        let mut m = reasoning_model("local");
+        m.max_tokens = 4_096;
+        m.compat = json!({"thinkingFormat": "chat-template",
+            "chatTemplateKwargs": {"on": {"$var": "thinking.enabled"},
+                "budget": {"$var": "thinking.budget"}, "level": {}, "lit": 3,
+                "gone": {"omitWhenOff": true}},
+            "thinkingTokenBudgetField": "thinking_budget", "vllmPriority": 5,
+            "openRouterRouting": {}, "vercelGatewayRouting": {"order": ["b"]}});
+        m.thinking_level = Some(ThinkingLevel::Medium);
+        let b = build_request(&m, &ctx, &opts);
+        assert_eq!(
+            (
+                b["chat_template_kwargs"].clone(),
+                b["thinking_budget"].clone(),
+                b["priority"].clone(),
+                b["provider"].clone(),
+                b["providerOptions"].clone()
+            ),
+            (
+                json!({"on": true, "budget": 3072, "level": "medium", "lit": 3, "gone": "medium"}),
+                json!(3072),
+                json!(5),
+                json!({}),
+                json!({"gateway": {"order": ["b"]}})
+            )
+        );
+        m.thinking_level = Some(ThinkingLevel::Off);
+        let b = build_request(&m, &ctx, &opts);
+        assert_eq!(
+            (b["chat_template_kwargs"].clone(), b.get("thinking_budget")),
+            (json!({"on": false, "lit": 3}), None)
+        );
+    }
+
+    /// `"tools": []` goes with tool history only when `compat.requiresToolsWithToolHistory`
+    /// asks for it, as Pi 1.6; a tool-call-only answer's content is `""` with
+    /// `requiresNonNullAssistantContent`.
+    #[test]
+    fn tool_history_and_non_null_content() {
+        let opts = StreamOptions::default();
+        let ctx = Context {
+            system_prompt: String::new(),
+            messages: vec![call("c1", "m"), result("c1", false)],
+            tools: Vec::new(),
+        };
+        let mut m = Model::new(crate::Api::OpenaiCompletions, "local", "m", "http://x/v1");
+        assert!(build_request(&m, &ctx, &opts).get("tools").is_none());
+        m.compat = json!({"requiresToolsWithToolHistory": true});
+        assert_eq!(build_request(&m, &ctx, &opts)["tools"], json!([]));
+        let mut ctx = ctx;
+        ctx.messages[0] = msg(json!({"role":"assistant","content":[
+            {"type":"toolCall","id":"c1","name":"read","arguments":{}}],
+            "api":"openai-completions","provider":"local","model":"m",
+            "stopReason":"toolUse","timestamp":1}));
+        m.compat = json!({"requiresNonNullAssistantContent": true});
+        assert_eq!(
+            build_request(&m, &ctx, &opts)["messages"][0]["content"],
+            json!("")
+        );
+        m.compat = json!({});
+        assert_eq!(
+            build_request(&m, &ctx, &opts)["messages"][0]["content"],
+            Value::Null
         );
     }
 

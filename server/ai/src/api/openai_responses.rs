@@ -67,9 +67,38 @@ pub fn convert_messages(model: &Model, messages: &[Message]) -> Vec<Value> {
     out
 }
 
+/// A reasoning item kept as a thinking block's signature (only one recorded by this API can
+/// be replayed).
+fn reasoning_item(signature: Option<&str>) -> Option<Value> {
+    signature
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .filter(|v| v.get("type").and_then(Value::as_str) == Some("reasoning"))
+}
+
+/// Whether `m` numbers as a message in Pi 1.6's `convertResponsesMessages` (its `msgIndex`,
+/// which names text items without an id `msg_pi_<index>`): a user message of no content and
+/// an assistant message that sends no item are skipped without being counted.
+fn numbered(m: &Message) -> bool {
+    match m {
+        Message::System(_) | Message::ToolResult(_) => true,
+        Message::User(u) => match &u.content {
+            UserContent::Text(_) => true,
+            UserContent::Blocks(b) => b
+                .iter()
+                .any(|b| matches!(b, ContentBlock::Text(_) | ContentBlock::Image(_))),
+        },
+        Message::Assistant(a) => a.content.iter().any(|b| match b {
+            ContentBlock::Text(_) | ContentBlock::ToolCall(_) => true,
+            ContentBlock::Thinking(t) => reasoning_item(t.thinking_signature.as_deref()).is_some(),
+            ContentBlock::Image(_) => false,
+        }),
+    }
+}
+
 /// The loop of [`convert_messages`] over already transformed `msgs` from `start`, pushing onto
-/// `out`. Every message is a step boundary (its items depend on it and its index alone):
-/// `step(i, n)` tells each message `i` after `start` with the `n` items pushed before it.
+/// `out`. Every message is a step boundary (its items depend on it and on how many messages
+/// before it are [`numbered`]): `step(i, n)` tells each message `i` after `start` with the `n`
+/// items pushed before it.
 fn convert_from(
     model: &Model,
     msgs: &[Message],
@@ -78,8 +107,16 @@ fn convert_from(
     step: &mut dyn FnMut(usize, usize),
 ) {
     let takes_images = model.input.iter().any(|k| k == "image");
-    for (index, m) in msgs.iter().enumerate().skip(start) {
-        step(index, out.len());
+    // Pi 1.6: with a `configuration_update` effort, each answer of this model that stored one
+    // gets its own before its items.
+    let effort_updates = effort_updates(model);
+    let mut index = msgs[..start.min(msgs.len())]
+        .iter()
+        .filter(|m| numbered(m))
+        .count();
+    for (at, m) in msgs.iter().enumerate().skip(start) {
+        step(at, out.len());
+        let before = out.len();
         match m {
             Message::System(s) => {
                 let text = s.update_text();
@@ -112,15 +149,7 @@ fn convert_from(
                 for b in &a.content {
                     match b {
                         ContentBlock::Thinking(t) => {
-                            // Only a reasoning item recorded by this API can be replayed.
-                            if let Some(item) = t
-                                .thinking_signature
-                                .as_deref()
-                                .and_then(|s| serde_json::from_str::<Value>(s).ok())
-                                .filter(|v| {
-                                    v.get("type").and_then(Value::as_str) == Some("reasoning")
-                                })
-                            {
+                            if let Some(item) = reasoning_item(t.thinking_signature.as_deref()) {
                                 out.push(item);
                             }
                         }
@@ -155,6 +184,17 @@ fn convert_from(
                         ContentBlock::Image(_) => {}
                     }
                 }
+                if let Some(effort) = a
+                    .provider_thinking_level
+                    .as_deref()
+                    .map(String::as_str)
+                    .filter(|_| effort_updates && same_model && out.len() > before)
+                {
+                    out.insert(
+                        before,
+                        json!({"type": "configuration_update", "reasoning": {"effort": effort}}),
+                    );
+                }
             }
             Message::ToolResult(r) => {
                 let has_images = r
@@ -179,21 +219,28 @@ fn convert_from(
                 out.push(json!({"type":"function_call_output","call_id":call_id,"output":output}));
             }
         }
+        // Pi 1.6 counts every message but a user or assistant one that sent nothing.
+        if out.len() > before || matches!(m, Message::System(_) | Message::ToolResult(_)) {
+            index += 1;
+        }
     }
 }
 
 /// The request body for `context` (pure; no I/O), shaped like Pi's: `store: false`,
 /// `prompt_cache_key` for a session ([`prompt_cache_key`]),
-/// `max_output_tokens`, tools (`strict: false` only where the model supports strict mode),
-/// and the thinking level as
+/// `max_output_tokens` (at least 16; none with `compat.supportsMaxOutputTokens: false`),
+/// tools (`strict: false` only where the model supports strict mode), and the thinking level as
 /// `reasoning.effort` (with `summary: "auto"` and encrypted reasoning included) or, for `off`,
-/// the model's `off` value (`none` by default; nothing when the model maps `off` to null).
+/// the model's `off` value (`none` by default; nothing when the model maps `off` to null);
+/// with `compat.supportsMidConvoEffort` the level goes as a last `configuration_update` input
+/// item and `reasoning.effort` is `medium` ([`configuration_update_effort`]).
 pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
     let mut input = Vec::new();
     if let Some(system) = system_item(model, context) {
         input.push(system);
     }
     input.extend(convert_messages(model, &context.messages));
+    input.extend(configuration_update(model));
     body_around(
         model,
         context,
@@ -217,6 +264,7 @@ pub fn request_bytes(
         body: body_around(model, context, options, Vec::new(), json!([])),
         list: "input",
         lead: system_item(model, context),
+        trail: configuration_update(model),
         tools: &context.tools,
         tools_salt: Value::Bool(supports_strict_mode(model)),
         tools_generation: options.tools_generation,
@@ -285,8 +333,12 @@ fn body_around(
         "input": input,
         "stream": true,
         "store": false,
-        "max_output_tokens": options.output_tokens(model),
     });
+    // Pi 1.6: none with `compat.supportsMaxOutputTokens: false` or a ChatGPT sign-in; at
+    // least OpenAI's minimum of 16.
+    if compat_flag(model, "supportsMaxOutputTokens", true) && !is_chatgpt_sign_in(model) {
+        body["max_output_tokens"] = json!(options.output_tokens(model).max(16));
+    }
     let retention = options.cache_retention();
     if let Some(key) = prompt_cache_key(model, retention, options.session_id.as_deref()) {
         body["prompt_cache_key"] = Value::String(key);
@@ -311,9 +363,12 @@ fn body_around(
                     json!({"effort": off.and_then(Value::as_str).unwrap_or("none")});
             }
         } else {
-            let effort = model
-                .mapped_thinking_value(level)
-                .unwrap_or_else(|| level.as_str().to_string());
+            let effort = match configuration_update_effort(model) {
+                // The level travels in the `configuration_update` item; the request's own
+                // effort stays fixed (Pi 1.6's `CONFIGURATION_UPDATE_REQUEST_EFFORT`).
+                Some(_) => json!("medium"),
+                None => mapped_effort(model, level),
+            };
             body["reasoning"] = json!({"effort": effort, "summary": "auto"});
             body["include"] = json!(["reasoning.encrypted_content"]);
         }
@@ -321,6 +376,43 @@ fn body_around(
     // Pi 1.6's `resolveSamplingParams`: last, over the named fields.
     model.apply_sampling_params(&mut body);
     body
+}
+
+/// `thinkingLevelMap[level] ?? level`: the level's provider value, the level's name when the
+/// map has none (or `null`).
+fn mapped_effort(model: &Model, level: ThinkingLevel) -> Value {
+    model
+        .thinking_level_map
+        .as_ref()
+        .and_then(|m| m.get(level.as_str()))
+        .filter(|v| !v.is_null())
+        .cloned()
+        .unwrap_or_else(|| json!(level.as_str()))
+}
+
+/// Pi 1.6's `getConfigurationUpdateEffort`: for a model with `compat.supportsMidConvoEffort`
+/// asked to think (its level clamped, not `off`) and not signed in with ChatGPT, the level's
+/// provider value ([`mapped_effort`]), which goes as a `configuration_update` input item at the
+/// end of the input ([`configuration_update`]) while `reasoning.effort` stays `medium`.
+fn configuration_update_effort(model: &Model) -> Option<Value> {
+    if !compat_flag(model, "supportsMidConvoEffort", false) || is_chatgpt_sign_in(model) {
+        return None;
+    }
+    let level = model.clamp_thinking_level(model.thinking_level?);
+    (level != ThinkingLevel::Off).then(|| mapped_effort(model, level))
+}
+
+/// Whether answers that stored a `providerThinkingLevel` get their `configuration_update`
+/// item before their own (a Responses model with [`configuration_update_effort`]).
+fn effort_updates(model: &Model) -> bool {
+    model.api == crate::models::Api::OpenaiResponses && configuration_update_effort(model).is_some()
+}
+
+/// The `configuration_update` input item Pi 1.6 ends the input with for a model with
+/// [`configuration_update_effort`].
+fn configuration_update(model: &Model) -> Option<Value> {
+    configuration_update_effort(model)
+        .map(|effort| json!({"type": "configuration_update", "reasoning": {"effort": effort}}))
 }
 
 /// Pi 1.6's `prompt_cache_key` limit, in characters (`OPENAI_PROMPT_CACHE_KEY_MAX_LENGTH`).
@@ -472,6 +564,12 @@ pub(super) async fn stream_body(
 ) -> Result<Option<StopReason>, ProviderError> {
     let (model, body, headers, cancel, timeout, endpoint) = request.parts();
     let url = join_url(&model.base_url, "responses");
+    // Pi 1.6 stores the effort a `configuration_update` item told the model on the answer.
+    if let Some(effort) = configuration_update_effort(model) {
+        b.with_message(|m| {
+            m.provider_thinking_level = effort.as_str().map(|e| Box::new(e.to_string()))
+        });
+    }
     let mut sse = open_sse(
         &crate::errors::HttpWording::Responses {
             provider: model.provider.clone(),
@@ -946,7 +1044,14 @@ mod tests {
         model.provider = "openai".into();
         model.base_url = "https://api.openai.com/v1".into();
         model.api_key = Some("oauth-token".into());
-        assert_eq!(sent(&model, Long), body(json!({"prompt_cache_key": "s1"})));
+        // A ChatGPT sign-in's request has no `max_output_tokens` either (Pi 1.6's
+        // `omitUnsupportedFields`).
+        let mut signed_in = body(json!({"prompt_cache_key": "s1"}));
+        signed_in
+            .as_object_mut()
+            .unwrap()
+            .remove("max_output_tokens");
+        assert_eq!(sent(&model, Long), signed_in);
     }
 
     /// Tools carry `strict: false` only for a model with `compat.supportsStrictMode` (the

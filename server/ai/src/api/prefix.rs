@@ -60,6 +60,10 @@ pub(super) struct PrefixKey {
     reasoning: bool,
     input: Vec<String>,
     compat: Value,
+    /// The level and whether the key is an API key (`sk-…`): Responses answers replay their
+    /// stored effort depending on both.
+    thinking_level: Option<crate::models::ThinkingLevel>,
+    api_key_sk: bool,
 }
 
 impl PrefixKey {
@@ -72,6 +76,8 @@ impl PrefixKey {
             reasoning: model.reasoning,
             input: model.input.clone(),
             compat: model.compat.clone(),
+            thinking_level: model.thinking_level,
+            api_key_sk: api_key_sk(model),
         }
     }
 
@@ -85,7 +91,17 @@ impl PrefixKey {
             && self.reasoning == model.reasoning
             && self.input == model.input
             && self.compat == model.compat
+            && self.thinking_level == model.thinking_level
+            && self.api_key_sk == api_key_sk(model)
     }
+}
+
+/// Whether `model`'s key is an API key (`sk-…`; a ChatGPT sign-in's is not).
+fn api_key_sk(model: &Model) -> bool {
+    model
+        .api_key
+        .as_deref()
+        .is_some_and(|k| k.starts_with("sk-"))
 }
 
 /// What [`request_bytes`] puts into a request besides its messages.
@@ -97,6 +113,8 @@ pub(crate) struct Shell<'a> {
     pub list: &'static str,
     /// A value that goes first in that array (the Responses system prompt).
     pub lead: Option<Value>,
+    /// A value that goes last in that array (the Responses `configuration_update` item).
+    pub trail: Option<Value>,
     /// The tool specs (empty: none) and what else shapes their value (compared with the
     /// previous request's before its bytes are reused).
     pub tools: &'a [ToolSpec],
@@ -245,9 +263,14 @@ pub(crate) fn request_bytes(
         }),
     };
     let lead = shell.lead.as_ref().map(serde_json::to_vec).transpose()?;
+    let trail = shell.trail.as_ref().map(serde_json::to_vec).transpose()?;
     let tool_bytes = tools.as_ref().map_or(&[][..], |t| &t.bytes[..]);
     let mut body = Vec::with_capacity(
-        shell_bytes.len() + p.bytes.len() + lead.as_ref().map_or(0, Vec::len) + tool_bytes.len(),
+        shell_bytes.len()
+            + p.bytes.len()
+            + lead.as_ref().map_or(0, Vec::len)
+            + trail.as_ref().map_or(0, |t| t.len() + 1)
+            + tool_bytes.len(),
     );
     body.extend_from_slice(&shell_bytes[..list_at]);
     if let Some(lead) = &lead {
@@ -257,6 +280,12 @@ pub(crate) fn request_bytes(
         }
     }
     body.extend_from_slice(&p.bytes);
+    if let Some(trail) = &trail {
+        if lead.is_some() || !p.bytes.is_empty() {
+            body.push(b',');
+        }
+        body.extend_from_slice(trail);
+    }
     match tools_at {
         Some(at) => {
             body.extend_from_slice(&shell_bytes[list_at..at]);
@@ -375,6 +404,74 @@ mod tests {
             String::from_utf8(cached).unwrap(),
             String::from_utf8(whole).unwrap(),
         )
+    }
+
+    /// Responses through the cache: the `configuration_update` item that ends the input
+    /// (`compat.supportsMidConvoEffort`) and the `msg_pi_<n>` numbering after a user message
+    /// of no content (not counted, as Pi 1.6) give the whole request's bytes at every
+    /// round, with and without a system prompt.
+    #[test]
+    fn responses_trail_and_numbering_match_the_whole_request() {
+        let mut m = model(Api::OpenaiResponses);
+        m.reasoning = true;
+        m.compat = json!({"supportsMidConvoEffort": true});
+        m.thinking_level = Some(crate::models::ThinkingLevel::High);
+        let answer = |t: &str| {
+            msg(
+                json!({"role":"assistant","content":[{"type":"text","text":t}],
+                "api":"openai-responses","provider":"mock","model":"mock-1",
+                "stopReason":"stop","timestamp":1}),
+            )
+        };
+        let empty = msg(json!({"role":"user","content":[],"timestamp":3}));
+        for prompt in ["You are a helper.", ""] {
+            let cache = RequestCache::default();
+            let mut h = vec![user("one")];
+            for next in [
+                answer("a"),
+                empty.clone(),
+                answer("b"),
+                user("two"),
+                answer("c"),
+            ] {
+                let context = Context {
+                    system_prompt: prompt.into(),
+                    messages: h.clone(),
+                    tools: tools(),
+                };
+                let (cached, whole) = both(&m, &context, &cache);
+                assert_eq!(cached, whole);
+                h.push(next);
+            }
+            let context = Context {
+                system_prompt: prompt.into(),
+                messages: h,
+                tools: Vec::new(),
+            };
+            let (cached, whole) = both(&m, &context, &cache);
+            assert_eq!(cached, whole);
+            let body: Value = serde_json::from_str(&whole).unwrap();
+            let ids: Vec<&Value> = body["input"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|i| i.get("id"))
+                .collect();
+            assert_eq!(
+                ids,
+                [&json!("msg_pi_1"), &json!("msg_pi_2"), &json!("msg_pi_4")]
+            );
+            assert_eq!(
+                (
+                    body["input"].as_array().unwrap().last().unwrap(),
+                    &body["reasoning"]
+                ),
+                (
+                    &json!({"type":"configuration_update","reasoning":{"effort":"high"}}),
+                    &json!({"effort":"medium","summary":"auto"})
+                )
+            );
+        }
     }
 
     /// Replaces the first `from` in the kept message bytes by `to` (same length).

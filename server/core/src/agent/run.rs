@@ -585,6 +585,8 @@ impl Run<'_> {
             messages: std::mem::take(&mut self.messages),
             tools: std::mem::take(&mut self.specs),
         };
+        // A run aborted before its first request (during the compaction before the prompt).
+        let aborted_before_run = self.turn == 1 && self.control.cancel.is_cancelled();
         let mut stream = pi_ai::stream(
             &self.cfg.model,
             &context,
@@ -665,6 +667,10 @@ impl Run<'_> {
             message.api = model.api.to_string();
             message.provider = model.provider.clone();
             message.model = model.id.clone();
+        }
+        if aborted_before_run && message.stop_reason == StopReason::Aborted {
+            // Pi 1.6 words it as its request's setup fails (`SETUP_ABORTED_TEXT`).
+            message.error_message = Some(pi_ai::errors::SETUP_ABORTED_TEXT.to_string());
         }
         // Pi 1.6's agent loop stamps the level the request asked for on the finished message.
         message.thinking_level = Some(

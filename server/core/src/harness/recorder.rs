@@ -42,13 +42,15 @@ fn millis_since(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// `a` without what Pi 1.6 added to assistant messages (`rawStopReason`, `usage.reasoning`,
+/// `a` without what Pi 1.6 added to assistant messages (`rawStopReason`, `thinkingLevel`,
+/// `providerThinkingLevel`, `usage.reasoning`,
 /// `usage.cacheWrite1h`, `usage.cost.totalFromProvider`), for files written as Pi 0.73.1
 /// wrote them; `None` when it has none of them.
 fn without_pi16_fields(a: &pi_ai::AssistantMessage) -> Option<pi_ai::AssistantMessage> {
     let u = &a.usage;
     if a.raw_stop_reason.is_none()
         && a.thinking_level.is_none()
+        && a.provider_thinking_level.is_none()
         && u.reasoning.is_none()
         && u.cache_write_1h.is_none()
         && u.cost.total_from_provider.is_none()
@@ -58,6 +60,7 @@ fn without_pi16_fields(a: &pi_ai::AssistantMessage) -> Option<pi_ai::AssistantMe
     let mut a = a.clone();
     a.raw_stop_reason = None;
     a.thinking_level = None;
+    a.provider_thinking_level = None;
     a.usage.reasoning = None;
     a.usage.cache_write_1h = None;
     a.usage.cost.total_from_provider = None;

@@ -712,6 +712,7 @@ impl<'de> Visitor<'de> for MessageSeed {
                     error_message: f.error_message,
                     timestamp: f.timestamp,
                     thinking_level: f.thinking_level,
+                    provider_thinking_level: f.provider_thinking_level.map(Box::new),
                 });
                 return Ok(MessageParts {
                     role: Some(CompactString::from(role.as_str())),
@@ -812,6 +813,8 @@ struct AssistantFields {
     timestamp: i64,
     #[serde(default)]
     thinking_level: Option<String>,
+    #[serde(default)]
+    provider_thinking_level: Option<String>,
 }
 
 #[derive(Deserialize)]
