@@ -255,10 +255,11 @@ fn split_status(text: &str) -> (String, Option<String>) {
         "Command timed out after ",
         "Command failed",
     ];
+    let is_status = |s: &str| ENDINGS.iter().any(|e| s.starts_with(e));
     match text.rsplit_once("\n\n") {
-        Some((body, last)) if ENDINGS.iter().any(|e| last.starts_with(e)) => {
-            (body.to_string(), Some(last.to_string()))
-        }
+        Some((body, last)) if is_status(last) => (body.to_string(), Some(last.to_string())),
+        // A silent command's status stands alone (Pi 1.6's `appendStatus` of no text).
+        None if is_status(text) => (String::new(), Some(text.to_string())),
         _ => (text.to_string(), None),
     }
 }
