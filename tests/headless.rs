@@ -2988,7 +2988,7 @@ fn outcome(out: &std::process::Output) -> (Option<i32>, String, String) {
     )
 }
 
-/// Issue 29 (trial46 round 4): a session file with a damaged line is repaired while opening
+/// Issue 29 (found from outside): a session file with a damaged line is repaired while opening
 /// and the repair is said once, as one `Warning:` line (no log lines repeating it), then the
 /// run goes on. Pi 1.6.0 says nothing about it (its loader skips the line silently); pi-lsp
 /// says it because the line is left out of what the model is sent.
@@ -3048,7 +3048,7 @@ async fn a_repaired_session_is_said_once() {
     assert_eq!(outcome(&out), (Some(0), "ok\n".into(), String::new()));
 }
 
-/// Issue 29 (trial46 round 4): `run`'s exit codes and words where Pi 1.6.0's print mode has
+/// Issue 29 (found from outside): `run`'s exit codes and words where Pi 1.6.0's print mode has
 /// them, checked against it: a `--model` no provider has (exit 1, Pi's error), a `--session`
 /// id that matches nothing (exit 1, Pi's line), no prompt at all (exit 0, nothing printed,
 /// sent or written); and a `--session` prefix that several sessions share continues the
@@ -3133,7 +3133,7 @@ async fn usage_errors_exit_as_pi_s_print_mode_in_its_words() {
     assert_eq!(mock.requests().len(), before);
 }
 
-/// Issue 29 (trial46 round 4): `--thinking` with a word that is no level is Pi 1.6.0's
+/// Issue 29 (found from outside): `--thinking` with a word that is no level is Pi 1.6.0's
 /// warning, in its words, and the run goes on at the level it would have had (checked
 /// against Pi 1.6.0: same stderr line, same answer, exit 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -3168,7 +3168,7 @@ async fn a_bad_thinking_level_is_warned_about_and_the_run_goes_on() {
     );
 }
 
-/// Issue 29 (trial46 round 4): Pi 1.6.0's print-mode flags `run` takes with Pi's meaning:
+/// Issue 29 (found from outside): Pi 1.6.0's print-mode flags `run` takes with Pi's meaning:
 /// `-p` and `--offline` / `--verbose` (nothing to change), `--mode json` (`--json`),
 /// `--provider P --model M`, `--session-dir`, `--name` (a `session_info` entry), `--fork` (a
 /// new file whose header names its parent, holding its entries, then the run; here by path,
@@ -3306,7 +3306,7 @@ fn pi_lsp_api_key_refused() -> String {
     "Error: --api-key is not supported by `pi-lsp run`; put the key in models.json (`apiKey`) or in the provider's environment variable".into()
 }
 
-/// Issue 29 (trial46 round 4): no prompt on a resumed session (`-c`) sends nothing and prints
+/// Issue 29 (found from outside): no prompt on a resumed session (`-c`) sends nothing and prints
 /// the session's last answer, as Pi 1.6.0's print mode does (it prints the context's last
 /// message); with `--mode json` the session's header alone. Checked against Pi 1.6.0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
