@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pi_e2e::headless::pi_bare_command;
+use pi_e2e::headless::{assert_success, pi_bare_command, run};
 use pi_e2e::lsp_client::agent_env;
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{pi16_bin, pi16_package, pi_lsp_bin, TempDir};
@@ -51,25 +51,13 @@ async fn both(
     let tools = ["--tools", "read,bash,edit,write"];
     let mut cmd = pi_bare_command(pi, &ws, &agent, root);
     cmd.args(["-p", "--no-session"]).args(tools).args(args);
-    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&tokio::task::block_in_place(|| cmd.output().unwrap()));
     let theirs = mock.requests().len();
-    let mut cmd = std::process::Command::new(pi_lsp_bin());
-    cmd.arg("run").arg("--workspace").arg(&ws);
-    cmd.arg("--no-session")
-        .args(tools)
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)));
-    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&run(
+        &ws,
+        &env,
+        &[&["--no-session"], &tools[..], args].concat(),
+    ));
     let sent: Vec<Value> = mock.requests().into_iter().map(|r| r.body).collect();
     (sent[..theirs].to_vec(), sent[theirs..].to_vec())
 }

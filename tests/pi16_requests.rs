@@ -16,7 +16,7 @@ use std::sync::Arc;
 #[path = "support/compacting.rs"]
 mod compacting;
 
-use pi_e2e::headless::pi_bare_command;
+use pi_e2e::headless::{assert_success, pi_bare_command, run};
 use pi_e2e::lsp_client::{agent_env, EditorBehavior, LspClient};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::pi_rpc::PiRpc;
@@ -379,25 +379,13 @@ async fn fresh(pi: &Path, name: &str, steps: &[Step], prompt: &str) -> (Vec<Valu
     ])
     .args(tools)
     .arg(prompt);
-    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&tokio::task::block_in_place(|| cmd.output().unwrap()));
     let theirs = mock.requests().len();
-    let mut cmd = std::process::Command::new(pi_lsp_bin());
-    cmd.arg("run").arg("--workspace").arg(&ws);
-    cmd.args(["--model", "mock/mock-1"])
-        .args(tools)
-        .arg(prompt)
-        .envs(env.iter().map(|(k, v)| (k, v)));
-    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&run(
+        &ws,
+        &env,
+        &[&["--model", "mock/mock-1"], &tools[..], &[prompt]].concat(),
+    ));
     let sent: Vec<Value> = mock.requests().into_iter().map(|r| r.body).collect();
     (sent[..theirs].to_vec(), sent[theirs..].to_vec())
 }

@@ -849,45 +849,10 @@ fn check_pi_flags(args: &RunArgs) -> Result<Option<pi_ai::models::ThinkingLevel>
         }
     }
     if args.fork.is_some() {
-        let with: Vec<&str> = [
-            (
-                args.resume
-                    .as_ref()
-                    .is_some_and(|r| matches!(r, Resume::Session(_))),
-                "--session",
-            ),
-            (args.resume == Some(Resume::Latest), "--continue"),
-            (args.no_session, "--no-session"),
-        ]
-        .into_iter()
-        .filter_map(|(on, flag)| on.then_some(flag))
-        .collect();
-        if !with.is_empty() {
-            return Err(format!(
-                "Error: --fork cannot be combined with {}",
-                with.join(", ")
-            ));
-        }
+        refuse_with(args, "--fork", args.no_session)?;
     }
     if let Some(id) = &args.session_id {
-        let with: Vec<&str> = [
-            (
-                args.resume
-                    .as_ref()
-                    .is_some_and(|r| matches!(r, Resume::Session(_))),
-                "--session",
-            ),
-            (args.resume == Some(Resume::Latest), "--continue"),
-        ]
-        .into_iter()
-        .filter_map(|(on, flag)| on.then_some(flag))
-        .collect();
-        if !with.is_empty() {
-            return Err(format!(
-                "Error: --session-id cannot be combined with {}",
-                with.join(", ")
-            ));
-        }
+        refuse_with(args, "--session-id", false)?;
         check_session_id(id).map_err(|e| format!("Error: {e}"))?;
     }
     if args.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
@@ -902,6 +867,27 @@ fn check_pi_flags(args: &RunArgs) -> Result<Option<pi_ai::models::ThinkingLevel>
         return Err(API_KEY_REFUSED.into());
     }
     Ok(thinking)
+}
+
+/// Pi 1.6's refusal of `flag` beside the flags that choose another session (`--session`,
+/// `--continue`, and `--no-session` when `no_session_too`): `Error: FLAG cannot be combined
+/// with A, B`, naming those given.
+fn refuse_with(args: &RunArgs, flag: &str, no_session_too: bool) -> Result<(), String> {
+    let with: Vec<&str> = [
+        (matches!(args.resume, Some(Resume::Session(_))), "--session"),
+        (args.resume == Some(Resume::Latest), "--continue"),
+        (no_session_too && args.no_session, "--no-session"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    match with.is_empty() {
+        true => Ok(()),
+        false => Err(format!(
+            "Error: {flag} cannot be combined with {}",
+            with.join(", ")
+        )),
+    }
 }
 
 /// Pi 1.6's words for a `--model` no provider configures (`resolveCliModel`).

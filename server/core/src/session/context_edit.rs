@@ -68,13 +68,17 @@ fn edit_target(entry: &super::Entry) -> Option<Target> {
 
 /// A replacement whose text content is one text block (a string, bare or as `content`).
 fn as_blocks(replacement: &Value) -> Value {
-    let content = match replacement {
-        Value::Object(o) => o.get("content").unwrap_or(replacement),
-        other => other,
-    };
-    match content {
+    match content_of(replacement) {
         Value::String(t) => serde_json::json!([{"type": "text", "text": t}]),
         _ => replacement.clone(),
+    }
+}
+
+/// The content a replacement gives: Pi 1.6's `{"content": …}`, or the value itself.
+fn content_of(replacement: &Value) -> &Value {
+    match replacement {
+        Value::Object(o) => o.get("content").unwrap_or(replacement),
+        other => other,
     }
 }
 
@@ -82,11 +86,7 @@ fn as_blocks(replacement: &Value) -> Value {
 /// the string or blocks themselves; a replacement that is none of these keeps the message as it
 /// was.
 pub fn replace_content(m: Message, replacement: &Value) -> Message {
-    let content = match replacement {
-        Value::Object(o) => o.get("content").unwrap_or(replacement),
-        other => other,
-    };
-    let Ok(content) = UserContent::deserialize(content) else {
+    let Ok(content) = UserContent::deserialize(content_of(replacement)) else {
         tracing::warn!("context_edit replacement is neither text nor content blocks: ignored");
         return m;
     };
